@@ -1,0 +1,49 @@
+"""The flow-level MLflow parent run and the end-of-run report."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Iterator
+
+from prefect import get_run_logger
+from prefect.artifacts import create_markdown_artifact
+from prefect.runtime import flow_run
+
+from sweet import tracking
+from sweet.config import PipelineConfig
+
+
+@contextlib.contextmanager
+def experiment_run(cfg: PipelineConfig, name: str) -> Iterator[str]:
+    """One MLflow parent run per flow run, tagged with the Prefect flow-run id; stage runs nest under it."""
+    run_id = tracking.start_parent_run(cfg, flow_run.get_id(), run_name=f"{name}:{flow_run.get_name() or 'local'}")
+    try:
+        yield run_id
+    except BaseException:
+        tracking.end_run(cfg, run_id, "FAILED")
+        raise
+    tracking.end_run(cfg, run_id)
+
+
+def report(cfg: PipelineConfig, eval_dir: str, run_id: str) -> str:
+    """Results table plus where to look; also a Prefect artifact and the parent run's MLflow metrics."""
+    table = (Path(eval_dir) / "results.md").read_text()
+    summary = json.loads((Path(eval_dir) / "manifest.json").read_text())["summary"]
+    tracking.log_metrics(run_id, summary, cfg=cfg)
+    tracking.log_text(cfg, run_id, table, "results.md")
+    where = (
+        f"\nOutputs:  {cfg.root}/<stage>/<fingerprint>/\n"
+        f"Catalog:  duckdb {cfg.root / 'catalog.duckdb'}  (e.g. SELECT method, avg(reward) FROM eval_results GROUP BY 1)\n"
+        f"MLflow:   mlflow ui --backend-store-uri {cfg.tracking_uri} --host 127.0.0.1 --port 5000\n"
+        f"Prefect:  prefect server start --host 127.0.0.1   (or: make serve)\n"
+    )
+    text = f"\nHeld-out backend tasks ({cfg.experiment}):\n\n{table}{where}"
+    create_markdown_artifact(markdown=f"# sweet-rl results ({cfg.experiment})\n\n{table}", key=f"results-{_slug(cfg.experiment)}")
+    get_run_logger().info(text)
+    return text
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower())

@@ -1,0 +1,125 @@
+"""Backend ColBench episodes: an agent and a human simulator, advanced in lockstep.
+
+Every turn, one batched generate call serves all live episodes' agents, then one serves all their simulators.
+An episode ends when the agent writes `I WANT TO ANSWER:` or at the turn limit (the last response is then the
+answer). Answers are scored in the sandbox, in child processes, never in this process.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tqdm.auto import tqdm
+
+from sweet.colbench.sandbox import evaluate_many, strip_code_fences
+from sweet.colbench.tasks import Task
+
+ANSWER_MARK = "I WANT TO ANSWER:"
+SIM_REPLY_CHARS = 400
+
+AGENT_SYSTEM = (
+    "You are a programming agent working with a human user to write one Python function.\n"
+    "The user knows details that the task description leaves out. Each turn, do exactly one of:\n"
+    "- ask the user one short clarifying question, or\n"
+    f"- give your final answer: write `{ANSWER_MARK}` followed by the complete Python function as raw code.\n"
+    "You have at most {max_turns} turns; your last turn must be the answer."
+)
+
+SIM_SYSTEM = (
+    "You are a human user who asked a programming agent to write a Python function. You know exactly what the "
+    "function must do because you have its code (below), which the agent cannot see.\n"
+    "Answer the agent's latest message in at most two sentences of plain English. Never write code. Only state "
+    "what the code below shows; if it does not say, reply \"I don't know\".\n\n"
+    "Task given to the agent:\n{problem}\n\nYour hidden code:\n{code}"
+)
+
+LAST_TURN_NOTE = "\n\n(This is your last turn: answer now.)"
+
+
+@dataclass
+class Episode:
+    task: Task
+    sample_idx: int
+    max_turns: int
+    messages: list[dict] = field(default_factory=list)
+    answer: str | None = None
+    done: bool = False
+    reward: float = 0.0
+    success: bool = False
+    tests_passed: int = 0
+    error: str | None = None
+
+    def __post_init__(self):
+        if not self.messages:
+            self.messages = [
+                {"role": "system", "content": AGENT_SYSTEM.format(max_turns=self.max_turns)},
+                {"role": "user", "content": self.task.problem_description},
+            ]
+
+    @property
+    def n_turns(self) -> int:
+        return sum(m["role"] == "assistant" for m in self.messages)
+
+    def simulator_view(self) -> list[dict]:
+        """The simulator sees the hidden code and the dialogue with the roles swapped (the agent is its 'user')."""
+        conv = [{"role": "system", "content": SIM_SYSTEM.format(problem=self.task.problem_description,
+                                                                 code=self.task.ground_truth)}]
+        for m in self.messages[2:]:
+            content = m["content"].replace(LAST_TURN_NOTE, "")
+            conv.append({"role": "user" if m["role"] == "assistant" else "assistant", "content": content})
+        return conv
+
+
+def extract_answer(text: str, final_turn: bool) -> str | None:
+    """The code after the answer marker, or the whole last response when the turn limit is reached."""
+    m = re.search(re.escape(ANSWER_MARK), text, flags=re.I)
+    if m:
+        return strip_code_fences(text[m.end():])
+    return strip_code_fences(text) if final_turn else None
+
+
+def clean_reply(text: str) -> str:
+    text = text.strip() or "I don't know."
+    return text[:SIM_REPLY_CHARS]
+
+
+def score(episodes: list[Episode], workers: int = 2) -> None:
+    reports = evaluate_many([(e.answer or "", e.task.ground_truth, e.task.test_cases) for e in episodes],
+                            workers=workers)
+    for e, r in zip(episodes, reports):
+        e.reward, e.success, e.tests_passed, e.error = r.reward, r.success, r.passed, r.error
+
+
+def rollout(episodes: list[Episode], policy, simulator, *, max_new_tokens: int, sim_max_new_tokens: int,
+            temperature: float, seed: int = 0, on_done: Callable[[list[Episode]], None] | None = None,
+            desc: str = "episodes") -> list[Episode]:
+    """Advance all episodes turn by turn; `on_done` receives each turn's finished (scored) episodes."""
+    bar = tqdm(total=len(episodes), desc=desc, unit="ep")
+    live = [e for e in episodes if not e.done]
+    turn = 0
+    while live:
+        final = [e.n_turns + 1 >= e.max_turns for e in live]
+        actions = policy.generate([e.messages for e in live], max_new_tokens, temperature, seed=seed + turn)
+        finished = []
+        for e, action, last in zip(live, actions, final):
+            e.messages.append({"role": "assistant", "content": action})
+            answer = extract_answer(action, last)
+            if answer is not None:
+                e.answer, e.done = answer, True
+                finished.append(e)
+        if finished:
+            score(finished)
+            if on_done:
+                on_done(finished)
+            bar.update(len(finished))
+        live = [e for e in live if not e.done]
+        if live:
+            replies = simulator.generate([e.simulator_view() for e in live], sim_max_new_tokens, 0.0)
+            for e, reply in zip(live, replies):
+                note = LAST_TURN_NOTE if e.n_turns + 1 >= e.max_turns else ""
+                e.messages.append({"role": "user", "content": clean_reply(reply) + note})
+        turn += 1
+    bar.close()
+    return episodes

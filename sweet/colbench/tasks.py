@@ -1,0 +1,91 @@
+"""Backend ColBench tasks in the official record format.
+
+A record carries `problem_description` (ending with the function signature), `ground_truth` (the hidden
+reference code) and `test_cases` (call expressions; expected = the reference's output on the same call).
+The bundled file adds `task_id` and `split`. A folder holding `train.jsonl` and `test.jsonl` (the official
+layout) also loads; rows without a `task_id` get `<split>-<row>` as id.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from sweet.store import iter_jsonl
+
+BUNDLED = "bundled"
+
+
+@dataclass
+class Task:
+    task_id: str
+    split: str
+    problem_description: str
+    ground_truth: str
+    test_cases: list[str] = field(default_factory=list)
+
+    def to_row(self) -> dict:
+        return asdict(self)
+
+
+def bundled_path() -> Path:
+    return Path(str(resources.files("sweet.colbench") / "data" / "backend_tasks.jsonl"))
+
+
+def _parse(path: Path, row: int, rec: dict, split: str | None) -> Task:
+    def need(name: str, kind: type):
+        if name not in rec:
+            raise ValueError(f"{path}: row {row}: missing field {name!r}")
+        if not isinstance(rec[name], kind):
+            raise ValueError(f"{path}: row {row}: field {name!r} must be {kind.__name__}, got {type(rec[name]).__name__}")
+        return rec[name]
+
+    desc, code = need("problem_description", str), need("ground_truth", str)
+    tests = rec.get("test_cases")
+    if isinstance(tests, dict):
+        tests = list(tests.values())
+    if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
+        raise ValueError(f"{path}: row {row}: field 'test_cases' must be a non-empty dict or list of call expressions")
+    task_split = rec.get("split", split)
+    if task_split not in ("train", "test"):
+        raise ValueError(f"{path}: row {row}: field 'split' must be 'train' or 'test' (got {task_split!r})")
+    task_id = str(rec.get("task_id", f"{task_split}-{row}"))
+    return Task(task_id, task_split, desc, code, tests)
+
+
+def load_tasks(source: str = BUNDLED) -> list[Task]:
+    if source == BUNDLED:
+        files = [(bundled_path(), None)]
+    else:
+        p = Path(source)
+        if p.is_dir():
+            files = [(p / "train.jsonl", "train"), (p / "test.jsonl", "test")]
+            missing = [str(f) for f, _ in files if not f.exists()]
+            if missing:
+                raise FileNotFoundError(f"task folder {p} lacks {', '.join(missing)}")
+        elif p.exists():
+            files = [(p, None)]
+        else:
+            raise FileNotFoundError(f"task source {source!r}: no such file or folder (use 'bundled' or a path)")
+    tasks, seen = [], set()
+    for f, split in files:
+        for row, rec in iter_jsonl(f):
+            t = _parse(f, row, rec, split)
+            if t.task_id in seen:
+                raise ValueError(f"{f}: row {row}: duplicate task_id {t.task_id!r}")
+            seen.add(t.task_id)
+            tasks.append(t)
+    return tasks
+
+
+def select_tasks(tasks: list[Task], n_train: int, n_test: int, seed: int) -> list[Task]:
+    """A seeded sample of each split; fewer available than asked is an error, not a silent shrink."""
+    out = []
+    for split, n in (("train", n_train), ("test", n_test)):
+        pool = sorted((t for t in tasks if t.split == split), key=lambda t: t.task_id)
+        if len(pool) < n:
+            raise ValueError(f"asked for {n} {split} tasks but the source has only {len(pool)}")
+        out += sorted(random.Random(f"{seed}-{split}").sample(pool, n), key=lambda t: t.task_id)
+    return out

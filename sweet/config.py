@@ -1,0 +1,181 @@
+"""Experiment configuration: one pydantic model per stage, gathered in `PipelineConfig`.
+
+Prefect renders these models as the form of a deployment run in its UI, so every field has a description.
+Profiles (`tiny`, `micro`) are partial overrides applied on top of the defaults.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+QWEN_CODER_05B = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+SMOLLM2_135M = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelsConfig(_Cfg):
+    policy: str = Field(QWEN_CODER_05B, description="Initial policy: a Hugging Face id or a local folder.")
+    simulator: str = Field(QWEN_CODER_05B, description="Local human simulator (sees the hidden reference code).")
+    critic_base: str = Field(QWEN_CODER_05B, description="Base LM of the critic (its own head gives advantages).")
+    device: str = Field("auto", description="'auto', 'cpu' or 'cuda'.")
+
+
+class TasksConfig(_Cfg):
+    source: str = Field("bundled", description="'bundled' (shipped task file) or a path to a ColBench-format jsonl.")
+    n_train: int = Field(8, ge=1, description="Training tasks used for collection.")
+    n_test: int = Field(8, ge=1, description="Held-out tasks used for evaluation.")
+    seed: int = 0
+
+
+class CollectConfig(_Cfg):
+    k: int = Field(4, ge=1, description="Trajectories per training task.")
+    max_turns: int = Field(3, ge=1, le=10, description="Agent turns per episode (paper: 10).")
+    max_new_tokens: int = Field(160, ge=8, description="Agent tokens per turn.")
+    sim_max_new_tokens: int = Field(64, ge=8, description="Simulator tokens per reply.")
+    temperature: float = Field(1.0, ge=0.0, description="Agent sampling temperature during collection.")
+    batch_episodes: int = Field(16, ge=1, description="Episodes advanced in lockstep per batched generate call.")
+    seed: int = 0
+
+
+class PairsConfig(_Cfg):
+    min_margin: float = Field(1e-6, ge=0.0, description="Chosen reward must exceed rejected reward by more than this.")
+    max_pairs_per_task: int = Field(8, ge=1)
+
+
+class CriticConfig(_Cfg):
+    variant: Literal["paper", "official"] = Field(
+        "paper", description="'paper': BT on the sum of per-turn mean log-ratios (Eq. 2-3); "
+        "'official': one token-mean over all assistant tokens (released code).")
+    beta: float = Field(1.0, gt=0.0, description="Bradley-Terry temperature on the advantages.")
+    nll_coef: float = Field(0.01, ge=0.0, description="Weight of the NLL term on the chosen trajectory.")
+    lr: float = Field(2e-4, gt=0.0, description="Learning rate (LoRA; the paper's full FT uses 2e-7).")
+    epochs: int = Field(2, ge=1)
+    batch_size: int = Field(2, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    max_length: int = Field(1024, ge=64, description="Tokens per (c + trajectory); longer pairs are cut from the start of the dialogue.")
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    save_steps: int = Field(10, ge=1, description="Checkpoint every N optimizer steps (resume point).")
+    length_norm: bool = Field(True, description="Advantage = mean log-ratio over a turn's tokens (Eq. 2); "
+                              "False = sum (ablation 'without length normalisation').")
+    use_training_info: bool = Field(True, description="Give the critic the reference solution c "
+                                    "(False = ablation 'critic without c').")
+    seed: int = 0
+
+
+class CandidatesConfig(_Cfg):
+    n: int = Field(4, ge=2, description="Candidate actions sampled per turn (paper: 16).")
+    temperature: float = Field(1.0, ge=0.0)
+    max_new_tokens: int = Field(128, ge=8)
+    turn_fraction: float = Field(1.0, gt=0.0, le=1.0, description="Share of offline turns used (official code: 0.1).")
+    max_turns: int = Field(24, ge=1, description="Upper bound on turns sampled (keeps small profiles small).")
+    pairs_per_turn: int = Field(1, ge=1, description="DPO pairs drawn per turn (top half vs bottom half).")
+    seed: int = 0
+
+
+class ActorConfig(_Cfg):
+    beta: float = Field(0.1, gt=0.0, description="DPO beta (paper: 0.1).")
+    nll_coef: float = Field(0.01, ge=0.0, description="NLL on the chosen action (paper: 0.01).")
+    lr: float = Field(1e-4, gt=0.0, description="Learning rate (LoRA; the paper's full FT uses 2e-7).")
+    epochs: int = Field(1, ge=1)
+    batch_size: int = Field(2, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    max_length: int = Field(1024, ge=64)
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    save_steps: int = Field(10, ge=1)
+    seed: int = 0
+
+
+class EvaluateConfig(_Cfg):
+    max_turns: int = Field(3, ge=1, le=10)
+    max_new_tokens: int = Field(160, ge=8)
+    sim_max_new_tokens: int = Field(64, ge=8)
+    temperature: float = Field(0.0, ge=0.0, description="0 = greedy decoding for evaluation.")
+    batch_episodes: int = Field(16, ge=1)
+    n_samples: int = Field(1, ge=1, description="Episodes per test task.")
+    seed: int = 0
+
+
+class PipelineConfig(_Cfg):
+    experiment: str = Field("tiny", description="Name of the experiment: artifacts/<experiment>/ and the MLflow experiment.")
+    profile: str = Field("tiny", description="Profile the config was built from (informational).")
+    artifacts_dir: str = Field("artifacts", description="Root folder of all run outputs.")
+    mlflow_uri: str = Field("", description="MLflow tracking URI; empty = sqlite:///<artifacts_dir>/mlflow.db.")
+    models: ModelsConfig = ModelsConfig()
+    tasks: TasksConfig = TasksConfig()
+    collect: CollectConfig = CollectConfig()
+    pairs: PairsConfig = PairsConfig()
+    critic: CriticConfig = CriticConfig()
+    candidates: CandidatesConfig = CandidatesConfig()
+    actor: ActorConfig = ActorConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+
+    @property
+    def root(self) -> Path:
+        return Path(self.artifacts_dir) / self.experiment
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.mlflow_uri or f"sqlite:///{Path(self.artifacts_dir).resolve()}/mlflow.db"
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    # The default: Qwen2.5-Coder-0.5B follows the answer protocol; sized for <=30 min on 2 CPU cores.
+    "tiny": {},
+    # End-to-end tests: SmolLM2-135M, 3 tasks, 2 turns, a few tokens.
+    "micro": {
+        "experiment": "micro",
+        "models": {"policy": SMOLLM2_135M, "simulator": SMOLLM2_135M, "critic_base": SMOLLM2_135M},
+        "tasks": {"n_train": 3, "n_test": 2},
+        "collect": {"k": 3, "max_turns": 2, "max_new_tokens": 24, "sim_max_new_tokens": 16},
+        "critic": {"epochs": 1, "max_length": 384, "save_steps": 2},
+        "candidates": {"n": 4, "max_new_tokens": 16, "max_turns": 4},
+        "actor": {"max_length": 384, "save_steps": 2},
+        "evaluate": {"max_turns": 2, "max_new_tokens": 24, "sim_max_new_tokens": 16},
+    },
+}
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`collect.k=8` -> (["collect", "k"], 8). Values are read as JSON when they parse, else as strings."""
+    if "=" not in item:
+        raise ValueError(f"--set expects KEY=VALUE (e.g. collect.k=8), got {item!r}")
+    key, raw = item.split("=", 1)
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def load_config(profile: str = "tiny", overrides: list[str] | None = None) -> PipelineConfig:
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
+    data = _merge(PipelineConfig().model_dump(), PROFILES[profile])
+    data["profile"] = profile
+    for item in overrides or []:
+        path, value = parse_override(item)
+        node = data
+        for part in path[:-1]:
+            if not isinstance(node.get(part), dict):
+                raise ValueError(f"--set {item}: {'.'.join(path[:-1])!r} is not a config section")
+            node = node[part]
+        if path[-1] not in node:
+            raise ValueError(f"--set {item}: unknown field {'.'.join(path)!r}")
+        node[path[-1]] = value
+    return PipelineConfig.model_validate(data)

@@ -1,0 +1,111 @@
+"""Content-addressed stages: the fingerprint, the output folder and the run of one stage.
+
+A stage's fingerprint = hash(its config slice, its inputs' fingerprints, its code). Its outputs live under
+`artifacts/<experiment>/<stage>/<fingerprint>/` and a `manifest.json` written last marks them complete, so:
+- the same fingerprint twice is a cache hit (the orchestrator's cache key is this fingerprint too);
+- a stage that died halfway reruns in the same folder and skips the shards it already finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from sweet import tracking
+from sweet.config import PipelineConfig
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str                       # folder name and MLflow run name
+    fn: Callable[..., dict]          # fn(cfg, out_dir, *input_dirs) -> summary metrics
+    config_keys: tuple[str, ...]     # dotted config paths the outputs depend on
+    code: tuple[str, ...]            # modules whose source is part of the fingerprint
+
+
+def config_slice(cfg: PipelineConfig, keys: tuple[str, ...]) -> dict[str, Any]:
+    data = cfg.model_dump()
+    out = {}
+    for key in keys:
+        node: Any = data
+        for part in key.split("."):
+            node = node[part]
+        out[key] = node
+    return out
+
+
+def code_version(modules: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(set(modules)):
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise ImportError(f"stage code module {name!r} not found")
+        h.update(name.encode())
+        h.update(Path(spec.origin).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def fingerprint(stage: Stage, cfg: PipelineConfig, inputs: tuple[str, ...]) -> str:
+    payload = {
+        "stage": stage.name,
+        "config": config_slice(cfg, stage.config_keys),
+        # An input is an upstream stage folder: <stage>/<fingerprint>; its name carries its whole history.
+        "inputs": [f"{Path(p).parent.name}/{Path(p).name}" for p in inputs],
+        "code": code_version(stage.code),
+    }
+    blob = json.dumps(payload, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def stage_dir(stage: Stage, cfg: PipelineConfig, inputs: tuple[str, ...]) -> Path:
+    return cfg.root / stage.name / fingerprint(stage, cfg, inputs)
+
+
+def is_done(out: Path) -> bool:
+    return (Path(out) / MANIFEST).exists()
+
+
+def run_stage(stage: Stage, cfg: PipelineConfig, *inputs: str, parent_run_id: str | None = None) -> str:
+    """Run one stage unless its fingerprinted folder is already complete; return that folder."""
+    for p in inputs:
+        if not is_done(Path(p)):
+            raise FileNotFoundError(f"stage {stage.name}: input {p} is incomplete (no {MANIFEST}); run its stage first")
+    out = stage_dir(stage, cfg, inputs)
+    if is_done(out):
+        return str(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    params = config_slice(cfg, stage.config_keys)
+    with tracking.stage_run(cfg, stage.name, out, params, parent_run_id=parent_run_id) as run_id:
+        summary = stage.fn(cfg, out, *inputs) or {}
+        elapsed = time.time() - started
+        tracking.log_metrics(run_id, {**{k: v for k, v in summary.items() if _is_number(v)}, "wall_s": elapsed})
+    manifest = {
+        "stage": stage.name,
+        "fingerprint": out.name,
+        "inputs": list(inputs),
+        "config": params,
+        "summary": summary,
+        "wall_s": round(elapsed, 2),
+        "mlflow_run_id": run_id,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str))
+    tmp.replace(out / MANIFEST)
+    return str(out)
+
+
+def read_manifest(out: Path | str) -> dict[str, Any]:
+    return json.loads((Path(out) / MANIFEST).read_text())
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

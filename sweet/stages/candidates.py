@@ -1,0 +1,72 @@
+"""Stage 5 — sample and rank candidates: for offline turns, N actions from the policy given the history o_t only,
+each scored by the critic given c; a DPO pair = one from the top half (chosen) and one from the bottom half."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from sweet.agents.hf import ChatLM
+from sweet.algos import actor as sweet_actor
+from sweet.algos import critic as sweet_critic
+from sweet.store import dumps, loads, read_rows, read_shards, write_rows
+
+
+def offline_turns(trajs: list[dict], fraction: float, cap: int, seed: int) -> list[dict]:
+    """Every agent turn of the offline data as (history, c); a seeded share of them, at most `cap`."""
+    turns = []
+    for t in trajs:
+        msgs = loads(t["messages"])
+        k = 0
+        for i, m in enumerate(msgs):
+            if m["role"] == "assistant":
+                turns.append({"turn_id": f"{t['traj_id']}__t{k}", "traj_id": t["traj_id"], "task_id": t["task_id"],
+                              "turn": k, "history": msgs[:i], "training_info": t["training_info"]})
+                k += 1
+    rng = random.Random(seed)
+    n = min(cap, max(1, round(len(turns) * fraction))) if turns else 0
+    return sorted(rng.sample(turns, n), key=lambda r: r["turn_id"])
+
+
+def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) -> dict:
+    c = cfg.candidates
+    turns = offline_turns(read_rows(Path(trajs_dir) / "trajectories.parquet"), c.turn_fraction, c.max_turns, c.seed)
+    shards = out / "shards"
+    fname = lambda tid: re.sub(r"[^A-Za-z0-9_.-]", "_", tid) + ".parquet"  # noqa: E731
+    todo = [t for t in turns if not (shards / fname(t["turn_id"])).exists()]
+    if todo:
+        models_dir = Path(cfg.artifacts_dir) / "models"
+        policy = ChatLM.load(cfg.models.policy, device=cfg.models.device, models_dir=models_dir)
+        critic, tok = sweet_critic.load_critic(Path(critic_dir) / "critic", policy.device)
+        group = max(1, policy.batch_size // c.n)
+        for s in tqdm(range(0, len(todo), group), desc="candidates", unit="turn"):
+            chunk = todo[s:s + group]
+            samples = policy.generate([t["history"] for t in chunk], c.max_new_tokens, c.temperature,
+                                      seed=c.seed + s, num_return_sequences=c.n)
+            for j, t in enumerate(chunk):
+                cands = samples[j * c.n:(j + 1) * c.n]
+                scores = sweet_critic.score_candidates(critic, tok, t["history"], cands, t["training_info"])
+                write_rows([{"turn_id": t["turn_id"], "traj_id": t["traj_id"], "task_id": t["task_id"],
+                             "turn": t["turn"], "cand_idx": i, "text": x, "score": float(sc),
+                             "history": dumps(t["history"])} for i, (x, sc) in enumerate(zip(cands, scores))],
+                           shards / fname(t["turn_id"]))
+    rows = sorted(read_shards(shards), key=lambda r: (r["turn_id"], r["cand_idx"]))
+    write_rows(rows, out / "candidates.parquet")
+    rng = random.Random(c.seed)
+    by_turn: dict[str, list[dict]] = {}
+    for r in rows:
+        by_turn.setdefault(r["turn_id"], []).append(r)
+    dpo = []
+    for turn_id, group_rows in by_turn.items():
+        scored = [{"candidate": r["text"], "score": r["score"]} for r in group_rows]
+        for chosen, rejected in sweet_actor.select_pairs(scored, c.pairs_per_turn, rng):
+            dpo.append({"turn_id": turn_id, "task_id": group_rows[0]["task_id"], "prompt": group_rows[0]["history"],
+                        "chosen": chosen["candidate"] if isinstance(chosen, dict) else chosen,
+                        "rejected": rejected["candidate"] if isinstance(rejected, dict) else rejected})
+    write_rows(dpo, out / "dpo_pairs.parquet")
+    spread = [max(r["score"] for r in g) - min(r["score"] for r in g) for g in by_turn.values()]
+    return {"turns": len(by_turn), "candidates": len(rows), "dpo_pairs": len(dpo),
+            "mean_score_spread": sum(spread) / len(spread) if spread else 0.0}

@@ -1,0 +1,92 @@
+"""Stage 2 — collect trajectories: k episodes per training task with the initial policy.
+
+Each finished episode is written at once as its own shard, keyed by (task_id, sample_idx): a run killed halfway
+keeps its finished episodes and the rerun collects only the missing ones.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+
+from sweet.agents.hf import ChatLM
+from sweet.colbench.backend import Episode, rollout
+from sweet.colbench.tasks import Task
+from sweet.store import dumps, loads, read_rows, read_shards, write_rows
+
+
+def shard_name(task_id: str, sample_idx: int) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{task_id}__{sample_idx}") + ".parquet"
+
+
+def episode_row(e: Episode, **extra) -> dict:
+    return {
+        "traj_id": f"{e.task.task_id}__{e.sample_idx}",
+        "task_id": e.task.task_id,
+        "sample_idx": e.sample_idx,
+        "messages": dumps(e.messages),
+        "answer": e.answer or "",
+        "reward": float(e.reward),
+        "success": bool(e.success),
+        "tests_passed": int(e.tests_passed),
+        "tests_total": len(e.task.test_cases),
+        "n_turns": e.n_turns,
+        "error": e.error,
+        "training_info": e.task.ground_truth,
+        **extra,
+    }
+
+
+def load_chat_models(cfg, policy_ref: str, adapter=None, batch: int = 16) -> tuple[ChatLM, ChatLM]:
+    """Policy and simulator; one model serves both when they are the same plain checkpoint."""
+    kw = dict(device=cfg.models.device, batch_size=batch, models_dir=Path(cfg.artifacts_dir) / "models")
+    policy = ChatLM.load(policy_ref, adapter=adapter, **kw)
+    if adapter is None and cfg.models.simulator == policy_ref:
+        return policy, policy
+    return policy, ChatLM.load(cfg.models.simulator, **kw)
+
+
+def turn_rows(traj: dict) -> list[dict]:
+    msgs = loads(traj["messages"])
+    rows, t = [], 0
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        obs = msgs[i + 1]["content"] if i + 1 < len(msgs) else None
+        rows.append({"traj_id": traj["traj_id"], "task_id": traj["task_id"], "turn": t, "message_index": i,
+                     "action": m["content"], "observation": obs, "is_final": obs is None})
+        t += 1
+    return rows
+
+
+def collect_trajectories(cfg, out: Path, tasks_dir: str) -> dict:
+    c = cfg.collect
+    tasks = [Task(**r) for r in read_rows(Path(tasks_dir) / "tasks.parquet") if r["split"] == "train"]
+    shards = out / "shards"
+    todo = [Episode(t, i, c.max_turns) for t in tasks for i in range(c.k)
+            if not (shards / shard_name(t.task_id, i)).exists()]
+    if todo:
+        policy, simulator = load_chat_models(cfg, cfg.models.policy, batch=c.batch_episodes)
+
+        def save(done: list[Episode]) -> None:
+            for e in done:
+                write_rows([episode_row(e)], shards / shard_name(e.task.task_id, e.sample_idx))
+
+        rollout(todo, policy, simulator, max_new_tokens=c.max_new_tokens, sim_max_new_tokens=c.sim_max_new_tokens,
+                temperature=c.temperature, seed=c.seed, on_done=save, desc="collect")
+    trajs = sorted(read_shards(shards), key=lambda r: (r["task_id"], r["sample_idx"]))
+    write_rows(trajs, out / "trajectories.parquet")
+    write_rows([row for t in trajs for row in turn_rows(t)], out / "turns.parquet")
+    rewards = [t["reward"] for t in trajs]
+    spread = sum(len({t["reward"] for t in trajs if t["task_id"] == tid}) > 1 for tid in {t["task_id"] for t in trajs})
+    return {
+        "episodes": len(trajs),
+        "resumed_episodes": len(trajs) - len(todo),
+        "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
+        "reward_std": statistics.pstdev(rewards) if rewards else 0.0,
+        "success_rate": statistics.fmean(t["success"] for t in trajs) if trajs else 0.0,
+        "answered_rate": statistics.fmean("I WANT TO ANSWER" in t["messages"].upper() for t in trajs) if trajs else 0.0,
+        "mean_turns": statistics.fmean(t["n_turns"] for t in trajs) if trajs else 0.0,
+        "tasks_with_reward_spread": spread,
+    }

@@ -1,0 +1,20 @@
+"""Prefect task: train DPO actor (see `sweet.stages.actor`)."""
+
+from __future__ import annotations
+
+from prefect import task
+
+from sweet.config import PipelineConfig
+from sweet.pipeline import run_stage
+from sweet.stages import ACTOR
+from tasks._stage import cache_key, call
+
+
+@task(name="train DPO actor", cache_key_fn=cache_key(ACTOR), persist_result=True)
+def _train_dpo_actor(cfg: PipelineConfig, ranked: str, parent_run_id: str | None = None) -> str:
+    return run_stage(ACTOR, cfg, ranked, parent_run_id=parent_run_id)
+
+
+def train_dpo_actor(cfg: PipelineConfig, ranked: str, parent_run_id: str | None = None) -> str:
+    """Returns the stage's output folder: artifacts/<experiment>/<stage>/<fingerprint>/."""
+    return call(_train_dpo_actor, ACTOR, cfg, ranked, parent_run_id=parent_run_id)

@@ -1,0 +1,20 @@
+"""Prefect task: evaluate (see `sweet.stages.evaluate`)."""
+
+from __future__ import annotations
+
+from prefect import task
+
+from sweet.config import PipelineConfig
+from sweet.pipeline import run_stage
+from sweet.stages import EVALUATE
+from tasks._stage import cache_key, call
+
+
+@task(name="evaluate", cache_key_fn=cache_key(EVALUATE), persist_result=True)
+def _evaluate(cfg: PipelineConfig, tasks: str, actor: str, parent_run_id: str | None = None) -> str:
+    return run_stage(EVALUATE, cfg, tasks, actor, parent_run_id=parent_run_id)
+
+
+def evaluate(cfg: PipelineConfig, tasks: str, actor: str, parent_run_id: str | None = None) -> str:
+    """Returns the stage's output folder: artifacts/<experiment>/<stage>/<fingerprint>/."""
+    return call(_evaluate, EVALUATE, cfg, tasks, actor, parent_run_id=parent_run_id)
