@@ -31,7 +31,7 @@ def report(cfg: PipelineConfig, eval_dir: str, run_id: str) -> str:
     """Results table plus where to look; also a Prefect artifact and the parent run's MLflow metrics."""
     table = (Path(eval_dir) / "results.md").read_text()
     summary = json.loads((Path(eval_dir) / "manifest.json").read_text())["summary"]
-    tracking.log_metrics(run_id, summary, cfg=cfg)
+    tracking.log_metrics(cfg, run_id, summary)
     tracking.log_text(cfg, run_id, table, "results.md")
     where = (
         f"\nOutputs:  {cfg.root}/<stage>/<fingerprint>/\n"

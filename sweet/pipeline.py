@@ -86,7 +86,7 @@ def run_stage(stage: Stage, cfg: PipelineConfig, *inputs: str, parent_run_id: st
     with tracking.stage_run(cfg, stage.name, out, params, parent_run_id=parent_run_id) as run_id:
         summary = stage.fn(cfg, out, *inputs) or {}
         elapsed = time.time() - started
-        tracking.log_metrics(run_id, {**{k: v for k, v in summary.items() if _is_number(v)}, "wall_s": elapsed})
+        tracking.log_metrics(cfg, run_id, {**{k: v for k, v in summary.items() if _is_number(v)}, "wall_s": elapsed})
     manifest = {
         "stage": stage.name,
         "fingerprint": out.name,

@@ -11,13 +11,14 @@ import json
 import math
 import os
 import re
-import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 import mlflow  # noqa: E402
+from mlflow.entities import Metric, Param  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 RUN_ID_FILE = "mlflow_run_id"
@@ -53,10 +54,7 @@ def start_parent_run(cfg, flow_run_id: str | None, run_name: str) -> str:
     if flow_run_id:
         tags["prefect.flow_run_id"] = flow_run_id
     run = client(cfg).create_run(experiment_id(cfg), run_name=run_name, tags=tags)
-    params = flatten(cfg.model_dump())
-    c = client(cfg)
-    for k, v in params.items():
-        c.log_param(run.info.run_id, k, v)
+    log_params(cfg, run.info.run_id, cfg.model_dump())
     return run.info.run_id
 
 
@@ -81,8 +79,7 @@ def stage_run(cfg, stage: str, out: Path, params: dict[str, Any], parent_run_id:
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
         run_id = c.create_run(experiment_id(cfg), run_name=stage, tags=tags).info.run_id
-        for k, v in flatten(params).items():
-            c.log_param(run_id, k, v)
+        log_params(cfg, run_id, params)
         id_file.write_text(run_id)
     try:
         yield run_id
@@ -92,11 +89,16 @@ def stage_run(cfg, stage: str, out: Path, params: dict[str, Any], parent_run_id:
     c.set_terminated(run_id, status="FINISHED")
 
 
-def log_metrics(run_id: str, metrics: dict[str, float], step: int | None = None, cfg=None) -> None:
-    c = MlflowClient(tracking_uri=cfg.tracking_uri) if cfg is not None else MlflowClient()
-    for k, v in metrics.items():
-        if isinstance(v, (int, float)) and math.isfinite(float(v)):
-            c.log_metric(run_id, _metric_name(k), float(v), step=step or 0)
+def log_metrics(cfg, run_id: str, metrics: dict[str, float], step: int | None = None) -> None:
+    now = int(time.time() * 1000)
+    batch = [Metric(_metric_name(k), float(v), now, step or 0) for k, v in metrics.items()
+             if isinstance(v, (int, float)) and math.isfinite(float(v))]
+    if batch:
+        client(cfg).log_batch(run_id, metrics=batch)
+
+
+def log_params(cfg, run_id: str, params: dict[str, Any]) -> None:
+    client(cfg).log_batch(run_id, params=[Param(k, v) for k, v in flatten(params).items()])
 
 
 def _metric_name(k: str) -> str:
@@ -133,11 +135,7 @@ def trainer_callback(cfg, run_id: str):
     class MlflowStepLogger(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs:
-                log_metrics(run_id, {k: v for k, v in logs.items() if isinstance(v, (int, float))},
-                            step=state.global_step, cfg=cfg)
+                log_metrics(cfg, run_id, {k: v for k, v in logs.items() if isinstance(v, (int, float))},
+                            step=state.global_step)
 
     return MlflowStepLogger()
-
-
-def scratch_dir() -> str:
-    return tempfile.mkdtemp(prefix="sweet-mlflow-")

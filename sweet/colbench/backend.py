@@ -76,8 +76,8 @@ def extract_answer(text: str, final_turn: bool) -> str | None:
     """The code after the answer marker, or the whole last response when the turn limit is reached."""
     m = re.search(re.escape(ANSWER_MARK), text, flags=re.I)
     if m:
-        return strip_code_fences(text[m.end():])
-    return strip_code_fences(text) if final_turn else None
+        return strip_code_fences(text[m.end():]).strip()
+    return strip_code_fences(text).strip() if final_turn else None
 
 
 def clean_reply(text: str) -> str:

@@ -1,0 +1,103 @@
+"""Lockstep episodes, answer extraction, sharded collection and resume, preference pairs.
+
+`ScriptedLM` stands in for the policy and the simulator (a real LM is exercised in the end-to-end test): it
+records every batched call so the tests can check that one call serves all live episodes of a turn.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from sweet.colbench.backend import ANSWER_MARK, Episode, extract_answer, rollout
+from sweet.colbench.tasks import Task, load_tasks, select_tasks
+from sweet.stages.pairs import make_pairs
+
+TASK = Task("t1", "train", "Add two numbers.\n\nThe signature of the function is: def add(a, b)",
+            "def add(a, b):\n    return a + b + 1", [f"add({i}, {i})" for i in range(10)])
+RIGHT = f"{ANSWER_MARK}\n```python\ndef add(a, b):\n    return a + b + 1\n```"
+WRONG = f"{ANSWER_MARK}\ndef add(a, b):\n    return a + b + 1 if a < 5 else 0"
+
+
+class ScriptedLM:
+    def __init__(self, script):
+        self.script, self.calls = script, []
+
+    def generate(self, convs, max_new_tokens, temperature=0.0, seed=None, num_return_sequences=1):
+        self.calls.append(len(convs))
+        return [self.script(c) for c in convs]
+
+
+def agent_script(conv):
+    turns = sum(m["role"] == "assistant" for m in conv)
+    asks = "Should I add anything extra?"
+    # Episode-specific behaviour keyed off the (unique) problem text: one answers at once, one asks first.
+    if "QUICK" in conv[1]["content"]:
+        return WRONG
+    return asks if turns == 0 else RIGHT
+
+
+def test_extract_answer():
+    assert extract_answer("I want to answer:\n```python\nx = 1\n```", False) == "x = 1"
+    assert extract_answer("What is the rate?", False) is None
+    assert extract_answer("def f(): pass", True) == "def f(): pass"
+
+
+def test_lockstep_rollout_scores_in_sandbox():
+    quick = Task("t2", "train", TASK.problem_description + " QUICK", TASK.ground_truth, TASK.test_cases)
+    eps = [Episode(TASK, 0, 3), Episode(quick, 0, 3), Episode(TASK, 1, 3)]
+    policy = ScriptedLM(agent_script)
+    sim = ScriptedLM(lambda conv: "Add one more to the sum. " * 40)
+    finished = []
+    rollout(eps, policy, sim, max_new_tokens=8, sim_max_new_tokens=8, temperature=0.0, on_done=finished.extend)
+    assert policy.calls == [3, 2], "one batched call per turn, over the live episodes only"
+    assert sim.calls == [2]
+    assert [e.n_turns for e in eps] == [2, 1, 2]
+    assert eps[0].reward == 1.0 and eps[0].success
+    assert eps[1].reward == 0.5 and not eps[1].success  # wrong for a >= 5
+    assert len(eps[0].messages[3]["content"]) <= 400 + len("\n\n(This is your last turn: answer now.)")
+    sim_view = eps[0].simulator_view()
+    assert "return a + b + 1" in sim_view[0]["content"] and sim_view[1]["role"] == "user"
+    assert sorted(id(e) for e in finished) == sorted(id(e) for e in eps)
+
+
+def test_turn_limit_takes_last_response_as_answer():
+    policy = ScriptedLM(lambda conv: "def add(a, b):\n    return a + b + 1")
+    sim = ScriptedLM(lambda conv: "I don't know.")
+    (ep,) = rollout([Episode(TASK, 0, 2)], policy, sim, max_new_tokens=8, sim_max_new_tokens=8, temperature=0.0)
+    assert ep.n_turns == 2 and ep.success
+    assert "last turn" in ep.messages[-2]["content"]
+
+
+def test_pairs_prefer_higher_reward_within_a_task():
+    trajs = [{"traj_id": f"{t}__{i}", "task_id": t, "sample_idx": i, "reward": r, "messages": "[]",
+              "training_info": "c"} for t, rs in (("a", [0.2, 1.0, 0.2]), ("b", [0.5, 0.5])) for i, r in enumerate(rs)]
+    pairs = make_pairs(trajs, 1e-6, 8)
+    assert [(p["chosen_traj_id"], p["rejected_traj_id"]) for p in pairs] == [("a__1", "a__0"), ("a__1", "a__2")]
+    assert make_pairs(trajs, 1e-6, 1)[0]["chosen_reward"] == 1.0
+
+
+def test_bundled_tasks_load_and_select():
+    tasks = load_tasks()
+    picked = select_tasks(tasks, 3, 2, seed=0)
+    assert [t.split for t in picked] == ["train"] * 3 + ["test"] * 2
+    assert picked == select_tasks(tasks, 3, 2, seed=0)
+    with pytest.raises(ValueError, match="only"):
+        select_tasks(tasks, 10_000, 1, seed=0)
+
+
+def test_bad_task_file_names_file_row_field(tmp_path):
+    f = tmp_path / "tasks.jsonl"
+    f.write_text('{"split": "train", "problem_description": "x", "ground_truth": "def f(): pass", '
+                 '"test_cases": {"a": "f()"}}\n{"split": "test", "problem_description": "x", "test_cases": ["f()"]}\n')
+    with pytest.raises(ValueError, match=r"tasks.jsonl: row 1: missing field 'ground_truth'"):
+        load_tasks(str(f))
+    f.write_text('{"problem_description": "x", "ground_truth": "def f(): pass", "test_cases": ["f()"]}\n')
+    with pytest.raises(ValueError, match="split"):
+        load_tasks(str(f))
+    d = tmp_path / "official"
+    d.mkdir()
+    (d / "train.jsonl").write_text('{"problem_description": "x", "ground_truth": "def f(): pass", "test_cases": {"t": "f()"}}\n')
+    (d / "test.jsonl").write_text('{"problem_description": "y", "ground_truth": "def f(): pass", "test_cases": {"t": "f()"}}\n')
+    assert [(t.task_id, t.split) for t in load_tasks(str(d))] == [("train-0", "train"), ("test-0", "test")]
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        load_tasks(str(tmp_path / "missing.jsonl"))

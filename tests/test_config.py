@@ -1,0 +1,40 @@
+import pytest
+from pydantic import ValidationError
+
+from sweet.cli import main
+from sweet.config import PipelineConfig, load_config, parse_override
+
+
+def test_profiles_and_overrides():
+    tiny = load_config("tiny")
+    assert tiny == PipelineConfig(profile="tiny")
+    micro = load_config("micro", ["collect.k=5", "critic.variant=official", "models.device=cpu"])
+    assert micro.collect.k == 5 and micro.critic.variant == "official" and micro.models.device == "cpu"
+    assert "SmolLM2" in micro.models.policy and micro.experiment == "micro"
+    assert parse_override("a.b=[1, 2]") == (["a", "b"], [1, 2])
+    assert parse_override("a=hello") == (["a"], "hello")
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (["collect.nope=1"], "unknown field 'collect.nope'"),
+    (["collect.k=0"], "greater than or equal to 1"),
+    (["k"], "KEY=VALUE"),
+    (["collect.k.x=1"], "not a config section"),
+])
+def test_bad_overrides_name_the_field(bad, msg):
+    with pytest.raises((ValueError, ValidationError), match=msg):
+        load_config("tiny", bad)
+
+
+def test_unknown_profile():
+    with pytest.raises(ValueError, match="unknown profile"):
+        load_config("huge")
+
+
+def test_cli_config_and_bad_input(capsys):
+    assert main(["config", "--profile", "micro", "--set", "collect.k=7"]) == 0
+    assert '"k": 7' in capsys.readouterr().out
+    assert main(["run", "--set", "critic.beta=-1"]) == 2
+    assert "critic.beta" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--stage", "no_such_stage"])

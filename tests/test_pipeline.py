@@ -1,0 +1,62 @@
+"""Fingerprints chain: a stage's folder changes with its own config, its inputs and its code, nothing else."""
+
+import json
+
+import pytest
+
+from sweet.config import load_config
+from sweet.pipeline import Stage, fingerprint, is_done, run_stage
+from sweet.stages import INPUTS, STAGES, plan
+
+
+def test_changing_one_stage_changes_it_and_later_stages_only():
+    base = plan(load_config("micro"))
+    changed = plan(load_config("micro", ["critic.beta=0.5"]))
+    order = [s.name for s in STAGES]
+    same = {name for name in order if base[name] == changed[name]}
+    assert same == {"generate_tasks", "collect_trajectories", "build_preference_pairs"}
+    changed = plan(load_config("micro", ["evaluate.max_turns=3"]))
+    assert {n for n in order if base[n] != changed[n]} == {"evaluate"}
+    changed = plan(load_config("micro", ["collect.k=4"]))
+    assert {n for n in order if base[n] == changed[n]} == {"generate_tasks"}
+
+
+def test_fields_outside_the_slice_do_not_matter():
+    a = plan(load_config("micro"))
+    b = plan(load_config("micro", ["models.device=cpu", "mlflow_uri=sqlite:///x.db"]))
+    assert a == b
+
+
+def test_inputs_graph_matches_stage_order():
+    seen = set()
+    for s in STAGES:
+        assert set(INPUTS[s.name]) <= seen
+        seen.add(s.name)
+
+
+def _double(cfg, out, src):
+    rows = json.loads((__import__("pathlib").Path(src) / "data.json").read_text())
+    (out / "data.json").write_text(json.dumps([2 * r for r in rows]))
+    return {"n": len(rows)}
+
+
+def _source(cfg, out):
+    (out / "data.json").write_text(json.dumps(list(range(cfg.collect.k))))
+    return {"n": cfg.collect.k}
+
+
+def test_run_stage_caches_and_refuses_incomplete_inputs(tmp_path, monkeypatch):
+    cfg = load_config("micro", [f"artifacts_dir={tmp_path}", f"mlflow_uri=sqlite:///{tmp_path}/m.db"])
+    src = Stage("src", _source, ("collect",), ("sweet.pipeline",))
+    dbl = Stage("double", _double, (), ("sweet.pipeline",))
+    a = run_stage(src, cfg)
+    assert is_done(a)
+    b = run_stage(dbl, cfg, a)
+    assert json.loads((tmp_path / "micro" / "double" / b.split("/")[-1] / "data.json").read_text()) == [0, 2, 4]
+    mtime = (tmp_path / "micro" / "double" / b.split("/")[-1] / "manifest.json").stat().st_mtime_ns
+    assert run_stage(dbl, cfg, a) == b  # cache hit: nothing rewritten
+    assert (tmp_path / "micro" / "double" / b.split("/")[-1] / "manifest.json").stat().st_mtime_ns == mtime
+    (tmp_path / "micro" / "src" / a.split("/")[-1] / "manifest.json").unlink()
+    with pytest.raises(FileNotFoundError, match="incomplete"):
+        run_stage(dbl, cfg, a)
+    assert fingerprint(dbl, cfg, (a,)) != fingerprint(dbl, cfg, (a + "x",))
