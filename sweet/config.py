@@ -25,10 +25,12 @@ class ModelsConfig(_Cfg):
     simulator: str = Field(QWEN_CODER_05B, description="Local human simulator (sees the hidden reference code).")
     critic_base: str = Field(QWEN_CODER_05B, description="Base LM of the critic (its own head gives advantages).")
     device: str = Field("auto", description="'auto', 'cpu' or 'cuda'.")
+    cache_dir: str = Field("artifacts/models", description="Where models converted from offline GGUF files are kept.")
 
 
 class TasksConfig(_Cfg):
-    source: str = Field("bundled", description="'bundled' (shipped task file) or a path to a ColBench-format jsonl.")
+    source: str = Field("bundled", description="'bundled' (shipped backend tasks), 'bundled:easy' (one-liners for "
+                        "smoke runs), a ColBench-format jsonl with a split field, or a folder with train/test.jsonl.")
     n_train: int = Field(8, ge=1, description="Training tasks used for collection.")
     n_test: int = Field(8, ge=1, description="Held-out tasks used for evaluation.")
     seed: int = 0
@@ -134,7 +136,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "micro": {
         "experiment": "micro",
         "models": {"policy": SMOLLM2_135M, "simulator": SMOLLM2_135M, "critic_base": SMOLLM2_135M},
-        "tasks": {"n_train": 3, "n_test": 2},
+        "tasks": {"source": "bundled:easy", "n_train": 3, "n_test": 2},
         "collect": {"k": 3, "max_turns": 2, "max_new_tokens": 24, "sim_max_new_tokens": 16},
         "critic": {"epochs": 1, "max_length": 384, "save_steps": 2},
         "candidates": {"n": 4, "max_new_tokens": 16, "max_turns": 4},

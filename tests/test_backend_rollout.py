@@ -40,6 +40,7 @@ def test_extract_answer():
     assert extract_answer("I want to answer:\n```python\nx = 1\n```", False) == "x = 1"
     assert extract_answer("What is the rate?", False) is None
     assert extract_answer("def f(): pass", True) == "def f(): pass"
+    assert extract_answer("Sure! Here it is:\ndef f():\n    return 1\nHope it helps", True).startswith("def f():")
 
 
 def test_lockstep_rollout_scores_in_sandbox():

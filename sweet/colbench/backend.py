@@ -72,12 +72,24 @@ class Episode:
         return conv
 
 
+_CODE_START = re.compile(r"^(def |class |import |from \S+ import |@)", re.M)
+
+
+def extract_code(text: str) -> str:
+    """The first fenced block if any; else from the first line that starts Python code (drops a prose preamble)."""
+    code = strip_code_fences(text)
+    if code is text:
+        m = _CODE_START.search(text)
+        code = text[m.start():] if m else text
+    return code.strip()
+
+
 def extract_answer(text: str, final_turn: bool) -> str | None:
     """The code after the answer marker, or the whole last response when the turn limit is reached."""
     m = re.search(re.escape(ANSWER_MARK), text, flags=re.I)
     if m:
-        return strip_code_fences(text[m.end():]).strip()
-    return strip_code_fences(text).strip() if final_turn else None
+        return extract_code(text[m.end():])
+    return extract_code(text) if final_turn else None
 
 
 def clean_reply(text: str) -> str:

@@ -16,6 +16,9 @@ from pathlib import Path
 from sweet.store import iter_jsonl
 
 BUNDLED = "bundled"
+# Shipped task files: the backend set, and a handful of one-line tasks that a 135M model sometimes solves (the
+# `micro` profile's smoke runs need reward spread to have preference pairs at all).
+BUNDLED_SETS = {"bundled": "backend_tasks.jsonl", "bundled:easy": "easy_tasks.jsonl"}
 
 
 @dataclass
@@ -30,8 +33,8 @@ class Task:
         return asdict(self)
 
 
-def bundled_path() -> Path:
-    return Path(str(resources.files("sweet.colbench") / "data" / "backend_tasks.jsonl"))
+def bundled_path(name: str = BUNDLED) -> Path:
+    return Path(str(resources.files("sweet.colbench") / "data" / BUNDLED_SETS[name]))
 
 
 def _parse(path: Path, row: int, rec: dict, split: str | None) -> Task:
@@ -56,8 +59,8 @@ def _parse(path: Path, row: int, rec: dict, split: str | None) -> Task:
 
 
 def load_tasks(source: str = BUNDLED) -> list[Task]:
-    if source == BUNDLED:
-        files = [(bundled_path(), None)]
+    if source in BUNDLED_SETS:
+        files = [(bundled_path(source), None)]
     else:
         p = Path(source)
         if p.is_dir():
@@ -68,7 +71,8 @@ def load_tasks(source: str = BUNDLED) -> list[Task]:
         elif p.exists():
             files = [(p, None)]
         else:
-            raise FileNotFoundError(f"task source {source!r}: no such file or folder (use 'bundled' or a path)")
+            raise FileNotFoundError(f"task source {source!r}: no such file or folder "
+                                    f"(use one of {sorted(BUNDLED_SETS)} or a path)")
     tasks, seen = [], set()
     for f, split in files:
         for row, rec in iter_jsonl(f):

@@ -16,6 +16,6 @@ def train_dpo_actor(cfg, out: Path, ranked_dir: str) -> dict:
         raise ValueError(f"{ranked_dir}/dpo_pairs.parquet holds no DPO pairs: the candidates stage found no turns")
     data = [{"prompt": loads(r["prompt"]), "chosen": r["chosen"], "rejected": r["rejected"]} for r in rows]
     run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
-    base = resolve_model(cfg.models.policy, Path(cfg.artifacts_dir) / "models")
+    base = resolve_model(cfg.models.policy, cfg.models.cache_dir)
     sweet_actor.train_actor(data, base, out, cfg.actor, callbacks=[tracking.trainer_callback(cfg, run_id)])
     return {"dpo_pairs": len(data)}

@@ -38,7 +38,7 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
     fname = lambda tid: re.sub(r"[^A-Za-z0-9_.-]", "_", tid) + ".parquet"  # noqa: E731
     todo = [t for t in turns if not (shards / fname(t["turn_id"])).exists()]
     if todo:
-        models_dir = Path(cfg.artifacts_dir) / "models"
+        models_dir = cfg.models.cache_dir
         policy = ChatLM.load(cfg.models.policy, device=cfg.models.device, models_dir=models_dir)
         critic, tok = sweet_critic.load_critic(Path(critic_dir) / "critic", policy.device)
         group = max(1, policy.batch_size // c.n)

@@ -40,7 +40,7 @@ def episode_row(e: Episode, **extra) -> dict:
 
 def load_chat_models(cfg, policy_ref: str, adapter=None, batch: int = 16) -> tuple[ChatLM, ChatLM]:
     """Policy and simulator; one model serves both when they are the same plain checkpoint."""
-    kw = dict(device=cfg.models.device, batch_size=batch, models_dir=Path(cfg.artifacts_dir) / "models")
+    kw = dict(device=cfg.models.device, batch_size=batch, models_dir=cfg.models.cache_dir)
     policy = ChatLM.load(policy_ref, adapter=adapter, **kw)
     if adapter is None and cfg.models.simulator == policy_ref:
         return policy, policy

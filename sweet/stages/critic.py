@@ -21,6 +21,6 @@ def train_critic(cfg, out: Path, pairs_dir: str) -> dict:
     pairs = [{"chosen": loads(r["chosen_messages"]), "rejected": loads(r["rejected_messages"]),
               "training_info": r["training_info"]} for r in rows]
     run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
-    base = resolve_model(cfg.models.critic_base, Path(cfg.artifacts_dir) / "models")
+    base = resolve_model(cfg.models.critic_base, cfg.models.cache_dir)
     sweet_critic.train_critic(pairs, base, out, cfg.critic, callbacks=[tracking.trainer_callback(cfg, run_id)])
     return {"pairs": len(pairs)}
