@@ -137,11 +137,11 @@ PROFILES: dict[str, dict[str, Any]] = {
         "experiment": "micro",
         "models": {"policy": SMOLLM2_135M, "simulator": SMOLLM2_135M, "critic_base": SMOLLM2_135M},
         "tasks": {"source": "bundled:easy", "n_train": 3, "n_test": 2},
-        "collect": {"k": 3, "max_turns": 2, "max_new_tokens": 24, "sim_max_new_tokens": 16},
+        "collect": {"k": 4, "max_turns": 2, "max_new_tokens": 48, "sim_max_new_tokens": 16},
         "critic": {"epochs": 1, "max_length": 384, "save_steps": 2},
         "candidates": {"n": 4, "max_new_tokens": 16, "max_turns": 4},
         "actor": {"max_length": 384, "save_steps": 2},
-        "evaluate": {"max_turns": 2, "max_new_tokens": 24, "sim_max_new_tokens": 16},
+        "evaluate": {"max_turns": 1, "max_new_tokens": 48, "sim_max_new_tokens": 16},
     },
 }
 

@@ -72,6 +72,9 @@ class Catalog:
         if not parquet.exists():
             return
         with duckdb.connect(str(self.path)) as con:
+            if not pq.read_schema(parquet).names:  # an empty output with no schema: there is nothing to query
+                con.execute(f'DROP VIEW IF EXISTS "{table}"')
+                return
             src = str(parquet).replace("'", "''")
             con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet(\'{src}\')')
 

@@ -55,7 +55,8 @@ class Episode:
         if not self.messages:
             self.messages = [
                 {"role": "system", "content": AGENT_SYSTEM.format(max_turns=self.max_turns)},
-                {"role": "user", "content": self.task.problem_description},
+                {"role": "user", "content": self.task.problem_description
+                 + (LAST_TURN_NOTE if self.max_turns == 1 else "")},
             ]
 
     @property
