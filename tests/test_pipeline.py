@@ -17,7 +17,7 @@ def test_changing_one_stage_changes_it_and_later_stages_only():
     assert same == {"generate_tasks", "collect_trajectories", "build_preference_pairs"}
     changed = plan(load_config("micro", ["evaluate.max_turns=3"]))
     assert {n for n in order if base[n] != changed[n]} == {"evaluate"}
-    changed = plan(load_config("micro", ["collect.k=4"]))
+    changed = plan(load_config("micro", ["collect.k=7"]))
     assert {n for n in order if base[n] == changed[n]} == {"generate_tasks"}
 
 
@@ -52,7 +52,7 @@ def test_run_stage_caches_and_refuses_incomplete_inputs(tmp_path, monkeypatch):
     a = run_stage(src, cfg)
     assert is_done(a)
     b = run_stage(dbl, cfg, a)
-    assert json.loads((tmp_path / "micro" / "double" / b.split("/")[-1] / "data.json").read_text()) == [0, 2, 4]
+    assert json.loads((tmp_path / "micro" / "double" / b.split("/")[-1] / "data.json").read_text()) == [0, 2, 4, 6]
     mtime = (tmp_path / "micro" / "double" / b.split("/")[-1] / "manifest.json").stat().st_mtime_ns
     assert run_stage(dbl, cfg, a) == b  # cache hit: nothing rewritten
     assert (tmp_path / "micro" / "double" / b.split("/")[-1] / "manifest.json").stat().st_mtime_ns == mtime
@@ -60,3 +60,31 @@ def test_run_stage_caches_and_refuses_incomplete_inputs(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="incomplete"):
         run_stage(dbl, cfg, a)
     assert fingerprint(dbl, cfg, (a,)) != fingerprint(dbl, cfg, (a + "x",))
+
+
+def test_interrupted_stage_continues_its_mlflow_run(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from sweet import tracking
+
+    cfg = load_config("micro", [f"artifacts_dir={tmp_path}", f"mlflow_uri=sqlite:///{tmp_path}/m.db"])
+    attempts = []
+
+    def flaky(cfg, out):
+        run_id = (out / tracking.RUN_ID_FILE).read_text()
+        attempts.append(run_id)
+        tracking.log_metrics(cfg, run_id, {"loss": float(len(attempts))}, step=len(attempts))
+        if len(attempts) == 1:
+            raise RuntimeError("killed")
+        return {"n": 1}
+
+    stage = Stage("flaky", flaky, (), ("sweet.pipeline",))
+    with pytest.raises(RuntimeError):
+        run_stage(stage, cfg)
+    client = MlflowClient(cfg.tracking_uri)
+    assert client.get_run(attempts[0]).info.status == "FAILED"
+    run_stage(stage, cfg)
+    assert attempts[0] == attempts[1]
+    run = client.get_run(attempts[0])
+    assert run.info.status == "FINISHED" and run.data.metrics["n"] == 1
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "loss")] == [1.0, 2.0]
