@@ -5,6 +5,7 @@
   sweet run --stage train_critic --force      # rerun one stage against the stored upstream outputs
   sweet config --profile tiny                 # the resolved config as JSON
   sweet status                                # which stages of this config are done, and where
+  sweet eval-backend --tasks T.jsonl --answers A.jsonl   # score answers in the sandbox, one JSON line each
 """
 
 from __future__ import annotations
@@ -38,11 +39,23 @@ def build_parser() -> argparse.ArgumentParser:
     _config_args(cfg)
     st = sub.add_parser("status", help="show each stage's output folder for this config and whether it is done")
     _config_args(st)
+    ev = sub.add_parser("eval-backend", help="score backend answers in the sandbox; one JSON line per answer")
+    ev.add_argument("--tasks", required=True, help="jsonl with ground_truth and test_cases (task_id optional)")
+    ev.add_argument("--answers", required=True, help='jsonl rows {"task_id": ..., "answer": "<python code>"}')
+    ev.add_argument("--workers", type=int, default=2, help="answers scored in parallel (default 2)")
+    ev.add_argument("--timeout", type=float, default=2.0, help="seconds per test call (default 2)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "eval-backend":
+        from sweet.colbench.eval_cli import eval_backend
+        try:
+            return eval_backend(args.tasks, args.answers, args.workers, args.timeout)
+        except (ValueError, FileNotFoundError) as e:
+            print(f"sweet eval-backend: {e}", file=sys.stderr)
+            return 2
     try:
         cfg = load_config(args.profile, args.overrides)
     except ValueError as e:  # pydantic's ValidationError is a ValueError too
