@@ -1,0 +1,298 @@
+"""SWEET-RL critic: a LoRA on the base LM whose own head gives per-turn advantages (paper Eq. 2-3).
+
+The reference policy pi_ref is the same weights with the adapter disabled, so there is never a second model copy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import transformers
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+
+from sweet.algos.dialogue import DialogueTooLong, fit_dialogue, tokenize_dialogue, with_training_info
+from sweet.config import CriticConfig
+
+log = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------------------------- losses (pure)
+def turn_advantages(token_logratio: torch.Tensor, turn_ids: torch.Tensor, n_turns: int,
+                    length_norm: bool = True) -> torch.Tensor:
+    """Eq. 2: A(o_t, a_t, c) = (1/L) sum_l [log pi_theta(a_t^l|...) - log pi_ref(a_t^l|...)], one value per turn.
+
+    token_logratio [B, T]; turn_ids [B, T] = turn index of each token, -1 outside assistant turns.
+    Returns [B, n_turns]; turns a row does not have hold 0, so sums over turns need no mask.
+    """
+    valid = turn_ids >= 0
+    idx = turn_ids.clamp(min=0)
+    zeros = token_logratio.new_zeros(token_logratio.shape[0], n_turns)
+    sums = zeros.scatter_add(1, idx, token_logratio * valid)
+    if not length_norm:
+        return sums
+    counts = zeros.scatter_add(1, idx, valid.to(token_logratio.dtype))
+    return sums / counts.clamp(min=1)
+
+
+def bt_loss_paper(turn_adv_chosen: torch.Tensor, turn_adv_rejected: torch.Tensor, beta: float) -> torch.Tensor:
+    """Eq. 3: -log sigma(beta sum_t A(tau+_t) - beta sum_t A(tau-_t)), mean over pairs. Inputs [B, K], padded with 0."""
+    margin = beta * (turn_adv_chosen.sum(-1) - turn_adv_rejected.sum(-1))
+    return -F.logsigmoid(margin).mean()
+
+
+def trajectory_advantage_official(token_logratio: torch.Tensor, mask: torch.Tensor,
+                                  length_norm: bool = True) -> torch.Tensor:
+    """Released code: one token-mean of the log-ratio over ALL assistant tokens of a trajectory. Returns [B]."""
+    s = (token_logratio * mask).sum(-1)
+    return s / mask.sum(-1).clamp(min=1) if length_norm else s
+
+
+def bt_loss_official(adv_chosen: torch.Tensor, adv_rejected: torch.Tensor, beta: float) -> torch.Tensor:
+    """Released code's BT: -log sigma(beta (A(tau+) - A(tau-))) on trajectory-level token-mean advantages [B]."""
+    return -F.logsigmoid(beta * (adv_chosen - adv_rejected)).mean()
+
+
+def nll_loss(token_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """NLL regulariser of Eq. 3: mean token negative log-likelihood of the chosen assistant tokens under pi_theta."""
+    return -(token_logp * mask).sum() / mask.sum().clamp(min=1)
+
+
+# ------------------------------------------------------------------------------------------ log-probs on a LM
+def _lm_parts(model):
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    cfg = base.config.get_text_config()
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
+        raise NotImplementedError(f"{type(base).__name__} post-processes its logits; token_logps reads the head raw")
+    return base.get_decoder(), base.get_output_embeddings()
+
+
+def token_logps(model, input_ids, attention_mask, target_mask, cache=None) -> torch.Tensor:
+    """[B, T] log p(input_ids[:, p] | input_ids[:, <p]) where target_mask[:, p], else 0.
+
+    The head runs only on the positions that predict a target token: a 150k vocabulary over every position would
+    dominate memory on CPU. With `cache`, input_ids continue the cached prefix (column 0 is never a target).
+    """
+    decoder, head = _lm_parts(model)
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, cache=cache,
+                     use_cache=cache is not None).last_hidden_state
+    sel = target_mask[:, 1:].bool()
+    logits = head(hidden[:, :-1][sel]).float()
+    vals = logits.log_softmax(-1).gather(-1, input_ids[:, 1:][sel].unsqueeze(-1)).squeeze(-1)
+    full = F.pad(sel, (1, 0))
+    return torch.zeros(input_ids.shape, dtype=vals.dtype, device=vals.device).masked_scatter(full, vals)
+
+
+def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)
+
+
+def _mask_from_lengths(lengths: list[int]) -> torch.Tensor:
+    return (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).long()
+
+
+# ------------------------------------------------------------------------------------------------ training
+def encode_pair(tokenizer, pair: dict, cfg: CriticConfig) -> dict:
+    """Pair dict -> token ids + per-token turn index (-1 outside assistant turns) for chosen and rejected."""
+    for key in ("chosen", "rejected", "training_info"):
+        if key not in pair:
+            raise KeyError(f"critic pair is missing {key!r} (expects chosen, rejected, training_info)")
+    out = {}
+    for side in ("chosen", "rejected"):
+        msgs = pair[side]
+        if cfg.use_training_info:
+            msgs = with_training_info(msgs, pair["training_info"])
+        tok = tokenize_dialogue(tokenizer, msgs, cfg.max_length)
+        if not tok["turn_spans"]:
+            raise ValueError(f"critic pair: the {side} trajectory has no assistant turn")
+        turns = [-1] * len(tok["input_ids"])
+        for k, (s, e) in enumerate(tok["turn_spans"]):
+            turns[s:e] = [k] * (e - s)
+        out[f"{side}_ids"], out[f"{side}_turns"] = tok["input_ids"], turns
+    return out
+
+
+def collate_pairs(rows: list[dict], pad_id: int) -> dict:
+    """Chosen rows first, then rejected, padded together; the mask comes from lengths (pad may equal eos)."""
+    ids = [r["chosen_ids"] for r in rows] + [r["rejected_ids"] for r in rows]
+    turns = [r["chosen_turns"] for r in rows] + [r["rejected_turns"] for r in rows]
+    return {"input_ids": _pad(ids, pad_id), "turn_ids": _pad(turns, -1),
+            "attention_mask": _mask_from_lengths([len(i) for i in ids])}
+
+
+class CriticTrainer(Trainer):
+    """Trainer whose loss is the critic's Bradley-Terry loss over (chosen, rejected) trajectory pairs."""
+
+    loss_is_scaled_for_ga = False  # our loss is a per-batch mean: let Trainer divide by grad_accum itself
+
+    def __init__(self, *args, critic_cfg: CriticConfig, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.critic_cfg = critic_cfg
+        self._metrics: dict[str, list[float]] = {}
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        cfg, m = self.critic_cfg, self.accelerator.unwrap_model(model)
+        ids, attn, turn_ids = inputs["input_ids"], inputs["attention_mask"], inputs["turn_ids"]
+        target = turn_ids >= 0
+        logp = token_logps(m, ids, attn, target)
+        with torch.no_grad(), m.disable_adapter():
+            ref = token_logps(m, ids, attn, target)
+        ratio = (logp - ref) * target
+        b = ids.shape[0] // 2
+        if cfg.variant == "paper":
+            adv = turn_advantages(ratio, turn_ids, int(turn_ids.max()) + 1, cfg.length_norm)
+            bt, score = bt_loss_paper(adv[:b], adv[b:], cfg.beta), adv.sum(-1)
+        else:
+            score = trajectory_advantage_official(ratio, target, cfg.length_norm)
+            bt = bt_loss_official(score[:b], score[b:], cfg.beta)
+        nll = nll_loss(logp[:b], target[:b])
+        loss = bt + cfg.nll_coef * nll
+        margin = (score[:b] - score[b:]).detach()
+        for k, v in {"bt_loss": bt.item(), "nll": nll.item(), "reward_margin": margin.mean().item(),
+                     "reward_accuracy": (margin > 0).float().mean().item()}.items():
+            self._metrics.setdefault(k, []).append(v)
+        return (loss, {"score": score.detach()}) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self._metrics and "loss" in logs:  # training logs only: average what accumulated since the last log
+            logs.update({k: sum(v) / len(v) for k, v in self._metrics.items()})
+            self._metrics.clear()
+        super().log(logs, start_time)
+
+
+def resolve_device(device: str = "auto") -> str:
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
+
+def model_dtype(device: str) -> torch.dtype:
+    # bf16 matmuls are ~5x slower than fp32 on this CPU; on a GPU bf16 halves memory.
+    return torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+
+
+def lora_config(r: int, alpha: int) -> LoraConfig:
+    # lora_dropout 0: with B zero-initialised the adapter starts exactly at pi_ref (advantage 0), deterministically.
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+def training_kwargs(cfg, ckpt_dir: Path) -> dict:
+    """TrainingArguments shared by the critic and the actor (checkpoints, precision from the device, no reporting)."""
+    cuda = torch.cuda.is_available()
+    return dict(output_dir=str(ckpt_dir), learning_rate=cfg.lr, num_train_epochs=cfg.epochs,
+                per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
+                save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=2, logging_steps=1,
+                report_to="none", seed=cfg.seed, data_seed=cfg.seed, use_cpu=not cuda,
+                bf16=cuda and torch.cuda.is_bf16_supported(), fp16=False, activation_checkpointing=False,
+                remove_unused_columns=False, dataloader_num_workers=0, disable_tqdm=True)
+
+
+def train_critic(pairs: list[dict], base_model: str, out_dir: Path, cfg: CriticConfig, callbacks=()) -> Path:
+    """Stage 'train critic': LoRA critic trained with the BT loss of `cfg.variant`; returns `out_dir/critic`."""
+    out_dir, final = Path(out_dir), Path(out_dir) / "critic"
+    if (final / "adapter_config.json").exists():
+        return final  # content-addressed output already complete
+    if Path(base_model).is_dir():  # absolute, so the adapter config names a base that loads from any cwd
+        base_model = str(Path(base_model).resolve())
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    rows, skipped = [], 0
+    for p in pairs:
+        try:
+            rows.append(encode_pair(tokenizer, p, cfg))
+        except DialogueTooLong:
+            skipped += 1
+    if skipped:
+        log.warning("train_critic: skipped %d/%d pairs longer than max_length=%d", skipped, len(pairs), cfg.max_length)
+    if not rows:
+        raise ValueError(f"train_critic: no usable pairs ({len(pairs)} given, {skipped} too long)")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    transformers.set_seed(cfg.seed)  # LoRA A init happens before Trainer seeds anything
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=model_dtype(device))
+    model = get_peft_model(model, lora_config(cfg.lora_r, cfg.lora_alpha))
+    ckpt_dir = out_dir / "checkpoints"
+    args = TrainingArguments(**training_kwargs(cfg, ckpt_dir))
+    trainer = CriticTrainer(model=model, args=args, train_dataset=rows, critic_cfg=cfg,
+                            data_collator=lambda b: collate_pairs(b, pad_id), callbacks=list(callbacks))
+    last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
+    trainer.train(resume_from_checkpoint=last)
+    trainer.model.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    (final / "critic_config.json").write_text(json.dumps(cfg.model_dump(), indent=1))
+    return final
+
+
+# ------------------------------------------------------------------------------------------------- scoring
+def load_critic(adapter_dir: str | Path, device: str = "auto", base_model: str | None = None):
+    """(PeftModel, tokenizer) from a `train_critic` output; the base defaults to the one named in the adapter config."""
+    device = resolve_device(device)
+    base_path = base_model or json.loads((Path(adapter_dir) / "adapter_config.json").read_text())["base_model_name_or_path"]
+    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=model_dtype(device))
+    model = PeftModel.from_pretrained(base, str(adapter_dir)).to(device).eval()
+    return model, AutoTokenizer.from_pretrained(adapter_dir)
+
+
+def _candidate_logps(model, tokenizer, history, candidates, shared_prefix, max_length) -> list[torch.Tensor]:
+    """Per candidate, the log-probs of its tokens (content + end of turn) after `history` under `model`."""
+    longest = max(candidates, key=lambda c: len(tokenizer(c, add_special_tokens=False)["input_ids"]))
+    kept, _ = fit_dialogue(tokenizer, history + [{"role": "assistant", "content": longest}], max_length)
+    history = kept[:-1]
+    toks = [tokenize_dialogue(tokenizer, history + [{"role": "assistant", "content": c}]) for c in candidates]
+    start = toks[0]["turn_spans"][-1][0]
+    prefix = toks[0]["input_ids"][:start]
+    cands = []
+    for t in toks:
+        s, e = t["turn_spans"][-1]
+        if s != start or t["input_ids"][:s] != prefix:
+            raise ValueError("candidates do not share their history's tokens; the chat template is not prefix-stable")
+        cands.append(t["input_ids"][s:e])
+    device, pad, n = model.device, tokenizer.pad_token_id or 0, len(cands)
+    lens = [len(c) for c in cands]
+    if shared_prefix:
+        # Prefix minus its last token goes in the cache; that token leads each row, so row position 0 predicts
+        # the candidate's first token.
+        pre = torch.tensor([prefix[:-1]], device=device)
+        cache = _lm_parts(model)[0](input_ids=pre, use_cache=True).cache
+        cache.batch_repeat_interleave(n)
+        ids = _pad([[prefix[-1]] + c for c in cands], pad).to(device)
+        attn = torch.cat([torch.ones(n, len(prefix) - 1, dtype=torch.long),
+                          _mask_from_lengths([1 + k for k in lens])], 1).to(device)
+        target = _mask_from_lengths([1 + k for k in lens]).to(device)
+        target[:, 0] = 0
+        lp = token_logps(model, ids, attn, target, cache=cache)
+        return [lp[i, 1:1 + k] for i, k in enumerate(lens)]
+    ids = _pad([prefix + c for c in cands], pad).to(device)
+    attn = _mask_from_lengths([len(prefix) + k for k in lens]).to(device)
+    target = attn.clone()
+    target[:, :len(prefix)] = 0
+    lp = token_logps(model, ids, attn, target)
+    return [lp[i, len(prefix):len(prefix) + k] for i, k in enumerate(lens)]
+
+
+@torch.no_grad()
+def score_candidates(model, tokenizer, history: list[dict], candidates: list[str], training_info: str, *,
+                     length_norm: bool = True, ref_with_training_info: bool = True, use_training_info: bool = True,
+                     shared_prefix: bool = True, max_length: int | None = None) -> list[float]:
+    """Critic score of each candidate action a_t after `history` (ending with a user message): Eq. 2's advantage,
+    mean (or sum) over the candidate's tokens of log pi_theta(.|o_t, c) - log pi_ref(.|o_t, c or not c).
+
+    `ref_with_training_info=False` is the released code's ranking (its reference does not see c).
+    """
+    if not history or history[-1]["role"] != "user":
+        raise ValueError("score_candidates: history must end with a user message (the turn the candidates answer)")
+    if not candidates:
+        return []
+    hist_c = with_training_info(history, training_info) if use_training_info else history
+    policy = _candidate_logps(model, tokenizer, hist_c, candidates, shared_prefix, max_length)
+    with model.disable_adapter():
+        ref = _candidate_logps(model, tokenizer, hist_c if ref_with_training_info else history, candidates,
+                               shared_prefix, max_length)
+    scores = []
+    for p, r in zip(policy, ref, strict=True):
+        d = (p - r).float()
+        scores.append((d.mean() if length_norm else d.sum()).item())
+    return scores

@@ -1,0 +1,288 @@
+"""Critic / actor / dialogue-mask tests on a tiny real Qwen2 model built from a config (fast, CPU only)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, TrainerCallback
+
+from sweet.algos import actor as A
+from sweet.algos import critic as C
+from sweet.algos.dialogue import DialogueTooLong, tokenize_dialogue, with_training_info
+from sweet.config import ActorConfig, CriticConfig
+
+MODELS = Path(__file__).resolve().parents[1] / "artifacts/models"
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+          "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CORPUS = ["def add(a, b):\n    return a + b", "What should the function return for negative numbers?",
+          "I WANT TO ANSWER: def f(x): return x * 2", "The output is a list of strings sorted by length.",
+          "You are a helpful agent. Ask clarifying questions, then answer.", "I don't know."]
+
+
+def build_chatml_tokenizer() -> PreTrainedTokenizerFast:
+    """Byte-level BPE trained on a few sentences, with ChatML specials and template: no download, no artifacts."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   chat_template=CHATML)
+
+
+def dialogue(n_turns: int = 2, final: str = "I WANT TO ANSWER: def add(a, b): return a + b") -> list[dict]:
+    msgs = [{"role": "system", "content": "You are a helpful agent."},
+            {"role": "user", "content": "Write add(a, b)."}]
+    for t in range(n_turns - 1):
+        msgs += [{"role": "assistant", "content": f"Question {t}: what types?"},
+                 {"role": "user", "content": f"Answer {t}: integers."}]
+    return msgs + [{"role": "assistant", "content": final}]
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("tiny_qwen2")
+    tok = build_chatml_tokenizer()
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def tokenizers_under_test():
+    yield pytest.param(build_chatml_tokenizer, id="chatml-bpe")
+    # The real tokenizers, once converted into artifacts/ (fresh CI machines skip them).
+    for name in ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct"):
+        path = MODELS / name
+        yield pytest.param(lambda p=path: AutoTokenizer.from_pretrained(p), id=name,
+                           marks=pytest.mark.skipif(not (path / "tokenizer_config.json").exists(),
+                                                    reason=f"{name} not converted"))
+
+
+# ------------------------------------------------------------------------------------------------ dialogue
+@pytest.mark.parametrize("make_tok", tokenizers_under_test())
+def test_spans_decode_to_exactly_the_assistant_turns(make_tok):
+    tok = make_tok()
+    msgs = dialogue(3)
+    out = tokenize_dialogue(tok, msgs)
+    want = [m["content"] + "<|im_end|>" for m in msgs if m["role"] == "assistant"]
+    assert [tok.decode(out["input_ids"][s:e]) for s, e in out["turn_spans"]] == want
+    # Everything outside the spans is the rest of the template: headers, system, user turns.
+    assert out["input_ids"] == tok(tok.apply_chat_template(msgs, tokenize=False), add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("make_tok", tokenizers_under_test())
+def test_long_dialogue_drops_oldest_turns_keeps_problem_and_final(make_tok):
+    tok = make_tok()
+    msgs = dialogue(4)
+    full = len(tokenize_dialogue(tok, msgs)["input_ids"])
+    out = tokenize_dialogue(tok, msgs, max_length=full - 1)
+    text = tok.decode(out["input_ids"])
+    assert len(out["input_ids"]) <= full - 1
+    assert "Write add(a, b)." in text and "Question 0" not in text and "Question 2" in text  # one exchange dropped
+    assert tok.decode(out["input_ids"][slice(*out["turn_spans"][-1])]) == msgs[-1]["content"] + "<|im_end|>"
+    with pytest.raises(DialogueTooLong):
+        tokenize_dialogue(tok, msgs, max_length=10)
+
+
+def test_non_prefix_preserving_template_is_refused():
+    tok = build_chatml_tokenizer()
+    # Renders the number of messages up front: a prefix of the dialogue is not a prefix of its tokens.
+    tok.chat_template = "{{ messages|length }}" + CHATML
+    with pytest.raises(ValueError, match="prefix-preserving"):
+        tokenize_dialogue(tok, dialogue(2))
+
+
+def test_training_info_goes_into_the_system_message_only():
+    msgs = dialogue(2)
+    out = with_training_info(msgs, "def add(a, b): return a + b")
+    assert out[0]["content"].startswith(msgs[0]["content"]) and out[0]["content"].endswith("return a + b")
+    assert out[1:] == msgs[1:] and "Reference" not in msgs[0]["content"]  # input untouched
+
+
+# ------------------------------------------------------------------------------------------ losses by hand
+def test_paper_advantage_and_bt_loss_by_hand():
+    # Two trajectories (rows); token log-ratios with turn ids (-1 = not an assistant token).
+    ratio = torch.tensor([[9.0, 1.0, 3.0, 9.0, 2.0, 0.0], [9.0, 0.5, 0.5, 0.5, 9.0, 9.0]])
+    turns = torch.tensor([[-1, 0, 0, -1, 1, -1], [-1, 0, 0, 0, -1, -1]])
+    adv = C.turn_advantages(ratio, turns, n_turns=2)
+    assert torch.allclose(adv, torch.tensor([[2.0, 2.0], [0.5, 0.0]]))  # (1+3)/2, 2/1 ; 1.5/3, absent turn = 0
+    assert torch.allclose(C.turn_advantages(ratio, turns, 2, length_norm=False), torch.tensor([[4.0, 2.0], [1.5, 0]]))
+    beta = 0.5
+    # chosen = row 0 (sum 4), rejected = row 1 (sum 0.5): -log sigma(0.5 * 3.5)
+    want = -math.log(1 / (1 + math.exp(-beta * 3.5)))
+    assert C.bt_loss_paper(adv[:1], adv[1:], beta).item() == pytest.approx(want, rel=1e-6)
+
+
+def test_official_advantage_and_bt_loss_by_hand():
+    ratio = torch.tensor([[9.0, 1.0, 3.0, 9.0, 2.0], [9.0, 0.5, 0.5, 0.5, 9.0]])
+    mask = torch.tensor([[0, 1, 1, 0, 1], [0, 1, 1, 1, 0]])
+    adv = C.trajectory_advantage_official(ratio, mask)
+    assert torch.allclose(adv, torch.tensor([2.0, 0.5]))  # (1+3+2)/3 over ALL assistant tokens ; 1.5/3
+    want = -math.log(1 / (1 + math.exp(-2.0 * 1.5)))
+    assert C.bt_loss_official(adv[:1], adv[1:], beta=2.0).item() == pytest.approx(want, rel=1e-6)
+
+
+def test_nll_is_mean_over_masked_tokens():
+    logp = torch.tensor([[-1.0, -2.0, -7.0], [-3.0, -9.0, -9.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert C.nll_loss(logp, mask).item() == pytest.approx((1 + 2 + 3) / 3)
+
+
+# ------------------------------------------------------------------------------------------------ scoring
+def critic_model(model_dir: str, perturb: bool):
+    from peft import get_peft_model
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = get_peft_model(base, C.lora_config(4, 8)).eval()
+    if perturb:  # a trained-looking adapter: B != 0
+        g = torch.Generator().manual_seed(1)
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.data = torch.randn(p.shape, generator=g) * 0.5
+    return model, AutoTokenizer.from_pretrained(model_dir)
+
+
+CANDS = ["What types?", "I WANT TO ANSWER: def add(a, b): return a + b", "", "Is a negative?"]
+
+
+def test_zero_init_lora_gives_advantage_exactly_zero(tiny_model_dir):
+    model, tok = critic_model(tiny_model_dir, perturb=False)
+    hist = dialogue(2)[:-1]
+    assert C.score_candidates(model, tok, hist, CANDS, "ref code") == [0.0] * len(CANDS)
+    batch = C.collate_pairs([C.encode_pair(tok, {"chosen": dialogue(2), "rejected": dialogue(3), "training_info": "c"},
+                                           CriticConfig())], tok.pad_token_id)
+    target = batch["turn_ids"] >= 0
+    lp = C.token_logps(model, batch["input_ids"], batch["attention_mask"], target)
+    with model.disable_adapter():
+        ref = C.token_logps(model, batch["input_ids"], batch["attention_mask"], target)
+    assert torch.equal(lp, ref) and (lp[target] < 0).all()
+
+
+@pytest.mark.parametrize("ref_c", [True, False])
+def test_shared_prefix_scores_equal_independent_passes(tiny_model_dir, ref_c):
+    model, tok = critic_model(tiny_model_dir, perturb=True)
+    hist = dialogue(3)[:-1]
+    kw = dict(ref_with_training_info=ref_c)
+    fast = C.score_candidates(model, tok, hist, CANDS, "def add(a, b): return a + b", shared_prefix=True, **kw)
+    slow = C.score_candidates(model, tok, hist, CANDS, "def add(a, b): return a + b", shared_prefix=False, **kw)
+    assert max(abs(a - b) for a, b in zip(fast, slow)) < 1e-4
+    assert len(set(round(s, 6) for s in fast)) == len(CANDS)  # non-trivial: the adapter separates candidates
+    summed = C.score_candidates(model, tok, hist, CANDS[:1], "def add", length_norm=False)
+    mean = C.score_candidates(model, tok, hist, CANDS[:1], "def add")
+    n_tok = len(tok(CANDS[0] + "<|im_end|>", add_special_tokens=False)["input_ids"])
+    assert summed[0] == pytest.approx(mean[0] * n_tok, rel=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------ training
+def critic_pairs(n: int) -> list[dict]:
+    good, bad = "I WANT TO ANSWER: def add(a, b): return a + b", "I WANT TO ANSWER: def f(x): return x * 2"
+    return [{"chosen": dialogue(1 + i % 2, good), "rejected": dialogue(1 + (i + 1) % 2, bad),
+             "training_info": "def add(a, b):\n    return a + b"} for i in range(n)]
+
+
+class Recorder(TrainerCallback):
+    def __init__(self, stop_at: int | None = None):
+        self.logs, self.steps, self.stop_at = [], [], stop_at
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        self.logs.append(dict(logs or {}))
+
+    def on_step_end(self, args, state, control, **kw):
+        self.steps.append(state.global_step)
+        if self.stop_at is not None and state.global_step >= self.stop_at:
+            raise KeyboardInterrupt("simulated crash")
+
+
+def lora_b(adapter_dir: Path) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in load_file(adapter_dir / "adapter_model.safetensors").items() if "lora_B" in k}
+
+
+@pytest.mark.parametrize("variant", ["paper", "official"])
+def test_train_critic_learns_and_resumes(tiny_model_dir, tmp_path, variant):
+    cfg = CriticConfig(variant=variant, lr=2e-2, epochs=4, batch_size=2, save_steps=2, lora_r=4, lora_alpha=8,
+                       max_length=256)
+    pairs = critic_pairs(4)  # 2 steps per epoch, 8 steps
+    crash = Recorder(stop_at=3)
+    with pytest.raises(KeyboardInterrupt):
+        C.train_critic(pairs, tiny_model_dir, tmp_path, cfg, callbacks=[crash])
+    assert (tmp_path / "checkpoints/checkpoint-2").is_dir() and not (tmp_path / "critic").exists()
+    rec = Recorder()
+    out = C.train_critic(pairs, tiny_model_dir, tmp_path, cfg, callbacks=[rec])
+    assert rec.steps[0] == 3 and rec.steps[-1] == 8  # resumed after checkpoint-2, not from scratch
+    assert out == tmp_path / "critic" and (out / "tokenizer_config.json").exists()
+    assert all(v.abs().sum() > 0 for v in lora_b(out).values())  # the adapter moved away from zero init
+    # Zero-init LoRA: advantages are exactly 0 at the first step, so the BT loss starts at log 2.
+    assert crash.logs[0]["bt_loss"] == pytest.approx(math.log(2), abs=1e-6)
+    train_logs = [entry for entry in rec.logs if "bt_loss" in entry]
+    assert train_logs[-1]["bt_loss"] < math.log(2) - 0.05 and train_logs[-1]["reward_accuracy"] == 1.0
+    assert {"nll", "reward_margin"} <= set(train_logs[-1])
+    # Scoring with the trained critic ranks the chosen final answer above the rejected one.
+    model, tok = C.load_critic(out, "cpu")
+    hist = pairs[0]["chosen"][:-1]
+    good, bad = C.score_candidates(model, tok, hist, [pairs[0]["chosen"][-1]["content"],
+                                                      pairs[0]["rejected"][-1]["content"]], pairs[0]["training_info"])
+    assert good > bad
+
+
+def test_train_critic_is_deterministic_and_resume_matches_uninterrupted(tiny_model_dir, tmp_path):
+    cfg = CriticConfig(lr=1e-2, epochs=2, batch_size=2, save_steps=1, lora_r=4, lora_alpha=8, max_length=256)
+    a = lora_b(C.train_critic(critic_pairs(6), tiny_model_dir, tmp_path / "a", cfg))
+    b = lora_b(C.train_critic(critic_pairs(6), tiny_model_dir, tmp_path / "b", cfg))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(KeyboardInterrupt):  # crash mid-epoch 2 (step 5 of 6), resume from checkpoint-4
+        C.train_critic(critic_pairs(6), tiny_model_dir, tmp_path / "c", cfg, callbacks=[Recorder(stop_at=5)])
+    c = lora_b(C.train_critic(critic_pairs(6), tiny_model_dir, tmp_path / "c", cfg))
+    assert all(torch.allclose(a[k], c[k], atol=1e-6) for k in a)
+
+
+def test_train_critic_rejects_bad_pairs(tiny_model_dir, tmp_path):
+    with pytest.raises(KeyError, match="training_info"):
+        C.train_critic([{"chosen": dialogue(1), "rejected": dialogue(1)}], tiny_model_dir, tmp_path, CriticConfig())
+
+
+# ------------------------------------------------------------------------------------------------- actor
+def test_select_pairs_deterministic_and_ordered():
+    scored = [{"candidate": f"c{i}", "score": s} for i, s in enumerate([0.3, -1.0, 2.0, 0.1, 0.9, -0.2, 0.3, 5.0])]
+    a = A.select_pairs(scored, 3, random.Random(7))
+    assert a == A.select_pairs(scored, 3, random.Random(7)) and len(a) == 3
+    assert len({(c["candidate"], r["candidate"]) for c, r in a}) == 3  # distinct pairs
+    ranked = sorted(s["score"] for s in scored)
+    for c, r in a:
+        assert c["score"] >= r["score"] and c["score"] >= ranked[4] and r["score"] <= ranked[3]
+    assert A.select_pairs(scored[:1], 2, random.Random(0)) == []
+    assert len(A.select_pairs(scored, 100, random.Random(0))) == 16  # 4 top x 4 bottom
+
+
+def test_train_actor_end_to_end(tiny_model_dir, tmp_path):
+    rows = [{"prompt": dialogue(1 + i % 3)[:-1], "chosen": "I WANT TO ANSWER: def add(a, b): return a + b",
+             "rejected": "What types?"} for i in range(4)]
+    cfg = ActorConfig(lr=1e-2, epochs=1, batch_size=2, save_steps=1, lora_r=4, lora_alpha=8, max_length=64)
+    with pytest.raises(KeyboardInterrupt):
+        A.train_actor(rows, tiny_model_dir, tmp_path, cfg, callbacks=[Recorder(stop_at=2)])
+    rec = Recorder()
+    out = A.train_actor(rows, tiny_model_dir, tmp_path, cfg, callbacks=[rec])
+    assert out == tmp_path / "actor" and rec.steps == [2]  # resumed from checkpoint-1
+    assert "rewards/margins" in rec.logs[0] and rec.logs[0]["loss"] > 0
+    assert (tmp_path / "checkpoints/checkpoint-2").is_dir()
+    assert all(v.abs().sum() > 0 for v in lora_b(out).values())
+    assert json.loads((out / "adapter_config.json").read_text())["r"] == 4
+    # The longest prompt was shortened (oldest exchange dropped) instead of being cut or dropped by TRL.
+    ds = A.build_dpo_dataset(AutoTokenizer.from_pretrained(tiny_model_dir), rows, cfg.max_length)
+    assert len(ds) == 4 and ds[2]["prompt"][:2] == rows[2]["prompt"][:2] and len(ds[2]["prompt"]) < len(rows[2]["prompt"])
+    policy = A.load_policy(tiny_model_dir, out, "cpu")
+    assert not hasattr(policy, "peft_config")  # merged
+    gen = policy.generate(torch.tensor([[1, 5, 6]]), max_new_tokens=3, do_sample=False)
+    assert gen.shape == (1, 6)

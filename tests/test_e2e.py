@@ -1,0 +1,64 @@
+"""The whole `sweet-rl` flow on the `micro` profile, through Prefect, DuckDB and MLflow, then a fully cached rerun.
+
+Real parts only: SmolLM2-135M (converted from its offline GGUF on first use), the sandbox, the bundled easy tasks.
+"""
+
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from sweet.config import load_config
+from sweet.store import Catalog
+from tests.conftest import MODELS_DIR
+
+TABLES = ["tasks", "trajectories", "turns", "pairs", "candidates", "dpo_pairs", "eval_results"]
+
+
+def _task_states(flow_run_id):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    return {r.name.rsplit("-", 1)[0]: r.state.name for r in runs}
+
+
+@pytest.mark.slow
+def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path):
+    cfg = load_config("micro", [f"artifacts_dir={tmp_path}", f"models.cache_dir={MODELS_DIR}", "models.device=cpu"])
+    from flows.full import full
+
+    state = full(cfg=cfg, return_state=True)
+    assert state.is_completed(), state
+    report = state.result()
+    assert "zero_shot" in report and "sweet" in report and "% tests passed" in report
+
+    cat = Catalog(cfg.root / "catalog.duckdb")
+    counts = {t: cat.query(f"SELECT count(*) AS n FROM {t}")[0]["n"] for t in TABLES}
+    assert all(n > 0 for n in counts.values()), counts
+    assert counts["trajectories"] == cfg.tasks.n_train * cfg.collect.k
+    assert counts["eval_results"] == 2 * cfg.tasks.n_test
+    assert cat.query("SELECT count(DISTINCT method) AS m FROM eval_results")[0]["m"] == 2
+
+    client = MlflowClient(cfg.tracking_uri)
+    exp = client.get_experiment_by_name(cfg.experiment)
+    runs = client.search_runs([exp.experiment_id])
+    parent = [r for r in runs if r.data.tags.get("prefect.flow_run_id") == str(state.state_details.flow_run_id)]
+    assert len(parent) == 1
+    stages = {r.data.tags["sweet.stage"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id}
+    assert len(stages) == 7
+    for name in ("train_critic", "train_dpo_actor"):
+        history = client.get_metric_history(stages[name].info.run_id, "loss")
+        assert len(history) >= 1, f"{name} logged no per-step loss"
+    assert "zero_shot/tests_passed" in stages["evaluate"].data.metrics
+    assert stages["collect_trajectories"].data.params["collect.k"] == str(cfg.collect.k)
+    artifacts = {a.path for a in client.list_artifacts(stages["evaluate"].info.run_id)}
+    assert {"results.md", "dialogues.md", "tests_passed.png"} <= artifacts
+
+    started = time.time()
+    again = full(cfg=cfg, return_state=True)
+    assert again.is_completed() and again.result() == report
+    states = _task_states(again.state_details.flow_run_id)
+    assert len(states) == 7 and set(states.values()) == {"Cached"}, states
+    assert time.time() - started < 60
