@@ -48,7 +48,7 @@ class CollectConfig(_Cfg):
 
 class PairsConfig(_Cfg):
     min_margin: float = Field(1e-6, ge=0.0, description="Chosen reward must exceed rejected reward by more than this.")
-    max_pairs_per_task: int = Field(8, ge=1)
+    max_pairs_per_task: int = Field(2, ge=1, description="Cap per task; widest reward margins first.")
 
 
 class CriticConfig(_Cfg):
@@ -77,7 +77,7 @@ class CandidatesConfig(_Cfg):
     temperature: float = Field(1.0, ge=0.0)
     max_new_tokens: int = Field(128, ge=8)
     turn_fraction: float = Field(1.0, gt=0.0, le=1.0, description="Share of offline turns used (official code: 0.1).")
-    max_turns: int = Field(24, ge=1, description="Upper bound on turns sampled (keeps small profiles small).")
+    max_turns: int = Field(12, ge=1, description="Upper bound on turns sampled (keeps small profiles small).")
     pairs_per_turn: int = Field(1, ge=1, description="DPO pairs drawn per turn (top half vs bottom half).")
     seed: int = 0
 
