@@ -11,6 +11,7 @@ MLFLOW_PORT ?= 5000
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export MLFLOW_DISABLE_TELEMETRY := true
 export TOKENIZERS_PARALLELISM := false
+export PREFECT_LOCAL_STORAGE_PATH := $(CURDIR)/artifacts/.prefect-results
 
 .PHONY: run test test-fast serve stop deploy clean help
 

@@ -9,6 +9,8 @@ PREFECT_PORT=${PREFECT_PORT:-4200}; MLFLOW_PORT=${MLFLOW_PORT:-5000}
 POOL=${SWEET_POOL:-sweet-pool}
 export PREFECT_API_URL="http://127.0.0.1:${PREFECT_PORT}/api"
 export PREFECT_SERVER_ANALYTICS_ENABLED=false MLFLOW_DISABLE_TELEMETRY=true SWEET_ROOT="$PWD"
+# Flow runs started by the worker import Prefect before any project code: set where cached results live here.
+export PREFECT_LOCAL_STORAGE_PATH="$PWD/artifacts/.prefect-results"
 export PATH="$BIN:$PATH"
 
 start_bg() {  # name, command...

@@ -38,11 +38,13 @@ class TasksConfig(_Cfg):
 
 class CollectConfig(_Cfg):
     k: int = Field(4, ge=1, description="Trajectories per training task.")
-    max_turns: int = Field(3, ge=1, le=10, description="Agent turns per episode (paper: 10).")
-    max_new_tokens: int = Field(160, ge=8, description="Agent tokens per turn.")
-    sim_max_new_tokens: int = Field(64, ge=8, description="Simulator tokens per reply.")
-    temperature: float = Field(1.0, ge=0.0, description="Agent sampling temperature during collection.")
-    batch_episodes: int = Field(16, ge=1, description="Episodes advanced in lockstep per batched generate call.")
+    max_turns: int = Field(2, ge=1, le=10, description="Agent turns per episode (paper: 10).")
+    max_new_tokens: int = Field(256, ge=8, description="Agent tokens per turn.")
+    sim_max_new_tokens: int = Field(48, ge=8, description="Simulator tokens per reply.")
+    temperature: float = Field(0.7, ge=0.0, description="Agent sampling temperature during collection "
+                               "(paper: 1.0 for an 8B model; a 0.5B model drifts off-protocol at 1.0).")
+    batch_episodes: int = Field(32, ge=1, description="Sequences per batched generate call (all live episodes "
+                                "advance in lockstep; decoding on a CPU is memory-bound, so bigger batches are cheaper).")
     seed: int = 0
 
 
@@ -58,7 +60,7 @@ class CriticConfig(_Cfg):
     beta: float = Field(1.0, gt=0.0, description="Bradley-Terry temperature on the advantages.")
     nll_coef: float = Field(0.01, ge=0.0, description="Weight of the NLL term on the chosen trajectory.")
     lr: float = Field(2e-4, gt=0.0, description="Learning rate (LoRA; the paper's full FT uses 2e-7).")
-    epochs: int = Field(2, ge=1)
+    epochs: int = Field(1, ge=1)
     batch_size: int = Field(2, ge=1)
     grad_accum: int = Field(1, ge=1)
     max_length: int = Field(1024, ge=64, description="Tokens per (c + trajectory); longer pairs are cut from the start of the dialogue.")
@@ -74,11 +76,12 @@ class CriticConfig(_Cfg):
 
 class CandidatesConfig(_Cfg):
     n: int = Field(4, ge=2, description="Candidate actions sampled per turn (paper: 16).")
-    temperature: float = Field(1.0, ge=0.0)
-    max_new_tokens: int = Field(128, ge=8)
+    temperature: float = Field(0.7, ge=0.0)
+    max_new_tokens: int = Field(256, ge=8)
     turn_fraction: float = Field(1.0, gt=0.0, le=1.0, description="Share of offline turns used (official code: 0.1).")
-    max_turns: int = Field(12, ge=1, description="Upper bound on turns sampled (keeps small profiles small).")
+    max_turns: int = Field(8, ge=1, description="Upper bound on turns sampled (keeps small profiles small).")
     pairs_per_turn: int = Field(1, ge=1, description="DPO pairs drawn per turn (top half vs bottom half).")
+    batch_size: int = Field(32, ge=1, description="Sequences per batched generate call (turns x n).")
     seed: int = 0
 
 
@@ -97,11 +100,11 @@ class ActorConfig(_Cfg):
 
 
 class EvaluateConfig(_Cfg):
-    max_turns: int = Field(3, ge=1, le=10)
-    max_new_tokens: int = Field(160, ge=8)
-    sim_max_new_tokens: int = Field(64, ge=8)
+    max_turns: int = Field(2, ge=1, le=10)
+    max_new_tokens: int = Field(256, ge=8)
+    sim_max_new_tokens: int = Field(48, ge=8)
     temperature: float = Field(0.0, ge=0.0, description="0 = greedy decoding for evaluation.")
-    batch_episodes: int = Field(16, ge=1)
+    batch_episodes: int = Field(32, ge=1)
     n_samples: int = Field(1, ge=1, description="Episodes per test task.")
     seed: int = 0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sweet.colbench.backend import ANSWER_MARK, Episode, extract_answer, rollout
+from sweet.colbench.backend import ANSWER_MARK, LAST_TURN_NOTE, Episode, extract_answer, rollout
 from sweet.colbench.tasks import Task, load_tasks, select_tasks
 from sweet.stages.pairs import make_pairs
 
@@ -31,7 +31,7 @@ def agent_script(conv):
     turns = sum(m["role"] == "assistant" for m in conv)
     asks = "Should I add anything extra?"
     # Episode-specific behaviour keyed off the (unique) problem text: one answers at once, one asks first.
-    if "QUICK" in conv[1]["content"]:
+    if "QUICK" in conv[0]["content"]:
         return WRONG
     return asks if turns == 0 else RIGHT
 
@@ -55,7 +55,7 @@ def test_lockstep_rollout_scores_in_sandbox():
     assert [e.n_turns for e in eps] == [2, 1, 2]
     assert eps[0].reward == 1.0 and eps[0].success
     assert eps[1].reward == 0.5 and not eps[1].success  # wrong for a >= 5
-    assert len(eps[0].messages[3]["content"]) <= 400 + len("\n\n(This is your last turn: answer now.)")
+    assert len(eps[0].messages[2]["content"]) <= 400 + len(LAST_TURN_NOTE)
     sim_view = eps[0].simulator_view()
     assert "return a + b + 1" in sim_view[0]["content"] and sim_view[1]["role"] == "user"
     assert sorted(id(e) for e in finished) == sorted(id(e) for e in eps)
@@ -102,3 +102,13 @@ def test_bad_task_file_names_file_row_field(tmp_path):
     assert [(t.task_id, t.split) for t in load_tasks(str(d))] == [("train-0", "train"), ("test-0", "test")]
     with pytest.raises(FileNotFoundError, match="no such file"):
         load_tasks(str(tmp_path / "missing.jsonl"))
+
+
+def test_every_bundled_reference_passes_its_own_tests_in_the_sandbox():
+    from sweet.colbench.sandbox import evaluate_many
+
+    tasks = load_tasks() + load_tasks("bundled:easy")
+    reports = evaluate_many([(t.ground_truth, t.ground_truth, t.test_cases) for t in tasks], workers=2)
+    failed = [(t.task_id, r.error or r.errors) for t, r in zip(tasks, reports) if not r.success]
+    assert not failed
+    assert all(r.total == 10 for r in reports)

@@ -30,7 +30,7 @@ class ScriptedLM:
         for c in convs:
             if c[0]["role"] == "system" and "hidden code" in c[0]["content"]:
                 out.append("No extra rules.")
-            elif "(a, b" in c[1]["content"] or any(m["role"] == "assistant" for m in c):
+            elif "(a, b" in c[0]["content"] or any(m["role"] == "assistant" for m in c):
                 out.append(GOOD)
             else:
                 out.append("Any special cases?")

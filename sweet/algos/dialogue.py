@@ -18,11 +18,12 @@ class DialogueTooLong(ValueError):
 
 
 def with_training_info(messages: Messages, training_info: str) -> Messages:
-    """Copy of `messages` whose system message also carries the training-time information c (critic only)."""
-    if not messages or messages[0].get("role") != "system":
-        raise ValueError("with_training_info: the dialogue must start with a system message")
-    first = dict(messages[0], content=messages[0]["content"] + TRAINING_INFO_HEADER + training_info)
-    return [first] + [dict(m) for m in messages[1:]]
+    """Copy of `messages` whose system message also carries the training-time information c (critic only);
+    a dialogue without a system message gets one that holds only c."""
+    if messages and messages[0].get("role") == "system":
+        first = dict(messages[0], content=messages[0]["content"] + TRAINING_INFO_HEADER + training_info)
+        return [first] + [dict(m) for m in messages[1:]]
+    return [{"role": "system", "content": TRAINING_INFO_HEADER.lstrip() + training_info}] + [dict(m) for m in messages]
 
 
 def end_of_turn_id(tokenizer) -> int:

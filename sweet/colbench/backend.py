@@ -19,23 +19,31 @@ from sweet.colbench.tasks import Task
 ANSWER_MARK = "I WANT TO ANSWER:"
 SIM_REPLY_CHARS = 400
 
-AGENT_SYSTEM = (
-    "You are a programming agent working with a human user to write one Python function.\n"
-    "The user knows details that the task description leaves out. Each turn, do exactly one of:\n"
-    "- ask the user one short clarifying question, or\n"
-    f"- give your final answer: write `{ANSWER_MARK}` followed by the complete Python function as raw code.\n"
-    "You have at most {max_turns} turns; your last turn must be the answer."
+# The instructions go in the first user message, before the task: small instruction-tuned models follow a
+# protocol stated there more reliably than one stated in a system prompt.
+AGENT_PROMPT = (
+    "You are helping a user write one Python function. The task description below leaves out details that only the "
+    "user knows (exact rules, thresholds, formats). You have at most {max_turns} turns. In each turn write EITHER "
+    "one short clarifying question (one sentence, no code) OR your final answer. Ask about unclear details first; "
+    "your last turn must be the final answer.\n"
+    f"A final answer starts with the line {ANSWER_MARK} followed by the complete function in a ```python block, "
+    "and nothing after it.\n\n"
+    "Task:\n{problem}"
 )
 
 SIM_SYSTEM = (
-    "You are a human user who asked a programming agent to write a Python function. You know exactly what the "
-    "function must do because you have its code (below), which the agent cannot see.\n"
-    "Answer the agent's latest message in at most two sentences of plain English. Never write code. Only state "
-    "what the code below shows; if it does not say, reply \"I don't know\".\n\n"
+    "You are the user who asked an agent for a Python function. Your hidden code below is exactly the function you "
+    "want; the agent cannot see it.\n"
+    "Reply to the agent's latest message in at most two short sentences of plain English, stating the concrete "
+    "rules, numbers or formats from your code that answer it. Never write code. If your code does not answer the "
+    "question, say \"I don't know\".\n\n"
     "Task given to the agent:\n{problem}\n\nYour hidden code:\n{code}"
 )
+# Agent messages are cut in the simulator's view: a small simulator loses track of long pasted code, and it bounds
+# the prompt a batched turn must prefill.
+SIM_VIEW_CHARS = 600
 
-LAST_TURN_NOTE = "\n\n(This is your last turn: answer now.)"
+LAST_TURN_NOTE = f"\n\n(This is your last turn: reply with {ANSWER_MARK} and the complete function.)"
 
 
 @dataclass
@@ -53,11 +61,8 @@ class Episode:
 
     def __post_init__(self):
         if not self.messages:
-            self.messages = [
-                {"role": "system", "content": AGENT_SYSTEM.format(max_turns=self.max_turns)},
-                {"role": "user", "content": self.task.problem_description
-                 + (LAST_TURN_NOTE if self.max_turns == 1 else "")},
-            ]
+            prompt = AGENT_PROMPT.format(max_turns=self.max_turns, problem=self.task.problem_description)
+            self.messages = [{"role": "user", "content": prompt + (LAST_TURN_NOTE if self.max_turns == 1 else "")}]
 
     @property
     def n_turns(self) -> int:
@@ -67,8 +72,10 @@ class Episode:
         """The simulator sees the hidden code and the dialogue with the roles swapped (the agent is its 'user')."""
         conv = [{"role": "system", "content": SIM_SYSTEM.format(problem=self.task.problem_description,
                                                                  code=self.task.ground_truth)}]
-        for m in self.messages[2:]:
+        for m in self.messages[1:]:
             content = m["content"].replace(LAST_TURN_NOTE, "")
+            if m["role"] == "assistant" and len(content) > SIM_VIEW_CHARS:
+                content = content[:SIM_VIEW_CHARS] + " [...]"
             conv.append({"role": "user" if m["role"] == "assistant" else "assistant", "content": content})
         return conv
 
@@ -113,6 +120,7 @@ def rollout(episodes: list[Episode], policy, simulator, *, max_new_tokens: int, 
     live = [e for e in episodes if not e.done]
     turn = 0
     while live:
+        bar.set_postfix_str(f"turn {turn + 1}, {len(live)} live")
         final = [e.n_turns + 1 >= e.max_turns for e in live]
         actions = policy.generate([e.messages for e in live], max_new_tokens, temperature, seed=seed + turn)
         finished = []

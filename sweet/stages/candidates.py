@@ -39,7 +39,7 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
     todo = [t for t in turns if not (shards / fname(t["turn_id"])).exists()]
     if todo:
         models_dir = cfg.models.cache_dir
-        policy = ChatLM.load(cfg.models.policy, device=cfg.models.device, models_dir=models_dir)
+        policy = ChatLM.load(cfg.models.policy, device=cfg.models.device, models_dir=models_dir, batch_size=c.batch_size)
         critic, tok = sweet_critic.load_critic(Path(critic_dir) / "critic", policy.device)
         group = max(1, policy.batch_size // c.n)
         for s in tqdm(range(0, len(todo), group), desc="candidates", unit="turn"):
@@ -48,7 +48,11 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
                                       seed=c.seed + s, num_return_sequences=c.n)
             for j, t in enumerate(chunk):
                 cands = samples[j * c.n:(j + 1) * c.n]
-                scores = sweet_critic.score_candidates(critic, tok, t["history"], cands, t["training_info"])
+                scores = sweet_critic.score_candidates(
+                    critic, tok, t["history"], cands, t["training_info"], length_norm=cfg.critic.length_norm,
+                    use_training_info=cfg.critic.use_training_info,
+                    # The released code's ranking does not condition the reference term on c.
+                    ref_with_training_info=cfg.critic.variant == "paper")
                 write_rows([{"turn_id": t["turn_id"], "traj_id": t["traj_id"], "task_id": t["task_id"],
                              "turn": t["turn"], "cand_idx": i, "text": x, "score": float(sc),
                              "history": dumps(t["history"])} for i, (x, sc) in enumerate(zip(cands, scores))],
@@ -64,8 +68,8 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
         scored = [{"candidate": r["text"], "score": r["score"]} for r in group_rows]
         for chosen, rejected in sweet_actor.select_pairs(scored, c.pairs_per_turn, rng):
             dpo.append({"turn_id": turn_id, "task_id": group_rows[0]["task_id"], "prompt": group_rows[0]["history"],
-                        "chosen": chosen["candidate"] if isinstance(chosen, dict) else chosen,
-                        "rejected": rejected["candidate"] if isinstance(rejected, dict) else rejected})
+                        "chosen": chosen["candidate"], "rejected": rejected["candidate"],
+                        "chosen_score": chosen["score"], "rejected_score": rejected["score"]})
     write_rows(dpo, out / "dpo_pairs.parquet")
     spread = [max(r["score"] for r in g) - min(r["score"] for r in g) for g in by_turn.values()]
     return {"turns": len(by_turn), "candidates": len(rows), "dpo_pairs": len(dpo),
