@@ -41,7 +41,8 @@ def report(cfg: PipelineConfig, eval_dir: str, run_id: str) -> str:
     )
     text = f"\nHeld-out backend tasks ({cfg.experiment}):\n\n{table}{where}"
     create_markdown_artifact(markdown=f"# sweet-rl results ({cfg.experiment})\n\n{table}", key=f"results-{_slug(cfg.experiment)}")
-    get_run_logger().info(text)
+    get_run_logger().info("results: %s (also the Prefect artifact results-%s)", Path(eval_dir) / "results.md",
+                          _slug(cfg.experiment))
     return text
 
 

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}; BIN=$(cd "$VENV/bin" && pwd)
 STATE=artifacts/.serve; mkdir -p "$STATE"
 PREFECT_PORT=${PREFECT_PORT:-4200}; MLFLOW_PORT=${MLFLOW_PORT:-5000}
-POOL=${SWEET_POOL:-sweet-pool}
+POOL=sweet-pool  # the work pool named in prefect.yaml
 export PREFECT_API_URL="http://127.0.0.1:${PREFECT_PORT}/api"
 export PREFECT_SERVER_ANALYTICS_ENABLED=false MLFLOW_DISABLE_TELEMETRY=true SWEET_ROOT="$PWD"
 # Flow runs started by the worker import Prefect before any project code: set where cached results live here.

@@ -35,7 +35,3 @@ def call(task_fn, stage: Stage, cfg: PipelineConfig, *inputs: str, parent_run_id
     except Exception:  # called outside a flow run (unit tests): nothing to log to
         pass
     return path
-
-
-
-

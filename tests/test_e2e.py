@@ -62,3 +62,10 @@ def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path):
     states = _task_states(again.state_details.flow_run_id)
     assert len(states) == 7 and set(states.values()) == {"Cached"}, states
     assert time.time() - started < 60
+
+    # Changing one stage's parameter reruns that stage (here the last one) and no other.
+    changed = cfg.model_copy(update={"evaluate": cfg.evaluate.model_copy(update={"max_new_tokens": 40})})
+    third = full(cfg=changed, return_state=True)
+    assert third.is_completed()
+    states = _task_states(third.state_details.flow_run_id)
+    assert states.pop("evaluate") == "Completed" and set(states.values()) == {"Cached"}, states

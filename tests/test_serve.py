@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_serve_runs_a_stage_deployment_then_stops(tmp_path):
-    env = {**os.environ, "PREFECT_PORT": "4291", "MLFLOW_PORT": "5091", "SWEET_POOL": "sweet-pool-test",
+    env = {**os.environ, "PREFECT_PORT": "4291", "MLFLOW_PORT": "5091",
            "VENV": str(Path(sys.executable).parent.parent)}
     env.pop("PREFECT_HOME", None)  # the server keeps its own database; the tests' isolated home is not needed here
     api = {**env, "PREFECT_API_URL": "http://127.0.0.1:4291/api"}

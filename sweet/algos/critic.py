@@ -68,7 +68,7 @@ def _lm_parts(model):
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     cfg = base.config.get_text_config()
     if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
-        raise NotImplementedError(f"{type(base).__name__} post-processes its logits; token_logps reads the head raw")
+        raise ValueError(f"{type(base).__name__} post-processes its logits; token_logps reads the head raw")
     return base.get_decoder(), base.get_output_embeddings()
 
 

@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 from sweet.agents.hf import ChatLM
-from sweet.colbench.backend import Episode, rollout
+from sweet.colbench.backend import ANSWER_MARK, Episode, rollout
 from sweet.colbench.tasks import Task
 from sweet.store import dumps, loads, read_rows, read_shards, write_rows
 
@@ -45,6 +45,10 @@ def load_chat_models(cfg, policy_ref: str, adapter=None, batch: int = 16) -> tup
     if adapter is None and cfg.models.simulator == policy_ref:
         return policy, policy
     return policy, ChatLM.load(cfg.models.simulator, **kw)
+
+
+def used_marker(traj: dict) -> bool:
+    return any(m["role"] == "assistant" and ANSWER_MARK.lower() in m["content"].lower() for m in loads(traj["messages"]))
 
 
 def turn_rows(traj: dict) -> list[dict]:
@@ -86,7 +90,8 @@ def collect_trajectories(cfg, out: Path, tasks_dir: str) -> dict:
         "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
         "reward_std": statistics.pstdev(rewards) if rewards else 0.0,
         "success_rate": statistics.fmean(t["success"] for t in trajs) if trajs else 0.0,
-        "answered_rate": statistics.fmean("I WANT TO ANSWER" in t["messages"].upper() for t in trajs) if trajs else 0.0,
+        # Share of episodes the agent ended itself (the rest hit the turn limit).
+        "answered_rate": statistics.fmean(used_marker(t) for t in trajs) if trajs else 0.0,
         "mean_turns": statistics.fmean(t["n_turns"] for t in trajs) if trajs else 0.0,
         "tasks_with_reward_spread": spread,
     }
