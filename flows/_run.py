@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import Iterator
 
@@ -13,6 +12,7 @@ from prefect.runtime import flow_run
 
 from sweet import tracking
 from sweet.config import PipelineConfig
+from sweet.pipeline import read_manifest
 
 
 @contextlib.contextmanager
@@ -30,7 +30,7 @@ def experiment_run(cfg: PipelineConfig, name: str) -> Iterator[str]:
 def report(cfg: PipelineConfig, eval_dir: str, run_id: str) -> str:
     """Results table plus where to look; also a Prefect artifact and the parent run's MLflow metrics."""
     table = (Path(eval_dir) / "results.md").read_text()
-    summary = json.loads((Path(eval_dir) / "manifest.json").read_text())["summary"]
+    summary = read_manifest(eval_dir)["summary"]
     tracking.log_metrics(cfg, run_id, summary)
     tracking.log_text(cfg, run_id, table, "results.md")
     where = (
