@@ -17,7 +17,6 @@ from typing import Any, Iterator
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-import mlflow  # noqa: E402
 from mlflow.entities import Metric, Param  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
