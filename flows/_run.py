@@ -35,7 +35,7 @@ def report(cfg: PipelineConfig, eval_dir: str, run_id: str) -> str:
     tracking.log_text(cfg, run_id, table, "results.md")
     where = (
         f"\nOutputs:  {cfg.root}/<stage>/<fingerprint>/\n"
-        f"Catalog:  duckdb {cfg.root / 'catalog.duckdb'}  (e.g. SELECT method, avg(reward) FROM eval_results GROUP BY 1)\n"
+        f"Catalog:  duckdb {cfg.root / 'catalog.duckdb'}  (e.g. SELECT method, mode, avg(reward) FROM eval_results GROUP BY ALL)\n"
         f"MLflow:   mlflow ui --backend-store-uri {cfg.tracking_uri} --host 127.0.0.1 --port 5000\n"
         f"Prefect:  prefect server start --host 127.0.0.1   (or: make serve)\n"
     )

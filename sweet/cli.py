@@ -6,12 +6,17 @@
   sweet config --profile tiny                 # the resolved config as JSON
   sweet status                                # which stages of this config are done, and where
   sweet eval-backend --tasks T.jsonl --answers A.jsonl   # score answers in the sandbox, one JSON line each
+  sweet evaluate --agent api:gpt-4o --agent HuggingFaceTB/SmolLM2-135M-Instruct \
+      --set tasks.source=official:data/colbench --set evaluate.max_turns=10   # any models, one results table
+
+API models (`api:<model>` or `api:<model>@<base_url>`) read their key from $OPENAI_API_KEY (see --set api.key_env).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -42,13 +47,25 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval-backend", help="score backend answers in the sandbox; one JSON line per answer")
     ev.add_argument("--tasks", required=True, help="jsonl with ground_truth and test_cases (task_id optional)")
     ev.add_argument("--answers", required=True, help='jsonl rows {"task_id": ..., "answer": "<python code>"}')
-    ev.add_argument("--workers", type=int, default=2, help="answers scored in parallel (default 2)")
+    ev.add_argument("--workers", type=int, default=None, help="answers scored in parallel (default: all CPUs)")
     ev.add_argument("--timeout", type=float, default=2.0, help="seconds per test call (default 2)")
+    me = sub.add_parser("evaluate", help="evaluate models zero-shot on backend ColBench (no training); one table")
+    _config_args(me)
+    me.add_argument("--agent", action="append", default=[], metavar="MODEL",
+                    help="a model id, a local folder or api:<model>[@base_url] (repeatable)")
+    me.add_argument("--actor", action="append", default=[], metavar="FOLDER",
+                    help="a trained actor (LoRA adapter folder, e.g. <train_dpo_actor dir>/actor) on models.policy")
+    me.add_argument("--mode", action="append", choices=["multi_turn", "single_turn"],
+                    help="protocol(s) (repeatable; default: evaluate.modes of the config)")
+    me.add_argument("--split", default="test", choices=["train", "test"], help="task split (default test)")
+    me.add_argument("--n-tasks", type=int, default=0, help="first N tasks of the split (default: all)")
+    me.add_argument("--out", type=Path, help="output folder (default artifacts/<experiment>/evals/<key>)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per API request is noise
     if args.command == "eval-backend":
         from sweet.colbench.eval_cli import eval_backend
         try:
@@ -61,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # pydantic's ValidationError is a ValueError too
         print(f"sweet: bad config: {e}", file=sys.stderr)
         return 2
+    if args.command == "evaluate":
+        return _evaluate(cfg, args)
     if args.command == "config":
         print(json.dumps(cfg.model_dump(), indent=2))
         return 0
@@ -77,6 +96,25 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from flows.full import full
         print(full(cfg=cfg))
+    return 0
+
+
+def _evaluate(cfg, args) -> int:
+    from sweet.stages.evaluate import evaluate_models
+
+    if args.mode:
+        cfg.evaluate.modes = list(dict.fromkeys(args.mode))
+    if not args.agent and not args.actor:
+        print("sweet evaluate: give at least one --agent or --actor", file=sys.stderr)
+        return 2
+    try:
+        out, _ = evaluate_models(cfg, args.agent, actors=args.actor, split=args.split, n_tasks=args.n_tasks,
+                                 out=args.out)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"sweet evaluate: {e}", file=sys.stderr)
+        return 2
+    print((out / "results.md").read_text())
+    print(f"episodes, dialogues and results: {out}")
     return 0
 
 

@@ -22,21 +22,44 @@ class _Cfg(BaseModel):
 
 class ModelsConfig(_Cfg):
     policy: str = Field(QWEN_CODER_05B, description="Initial policy: a Hugging Face id or a local folder.")
-    simulator: str = Field(QWEN_CODER_05B, description="Local human simulator (sees the hidden reference code).")
+    simulator: str = Field(QWEN_CODER_05B, description="Human simulator (sees the hidden reference code): a local "
+                           "model, or `api:<model>[@url]` for an OpenAI-compatible server such as vLLM.")
     critic_base: str = Field(QWEN_CODER_05B, description="Base LM of the critic (its own head gives advantages).")
     device: str = Field("auto", description="'auto', 'cpu' or 'cuda'.")
     cache_dir: str = Field("artifacts/models", description="Where models converted from offline GGUF files are kept.")
 
 
+class ApiConfig(_Cfg):
+    """Settings for models given as `api:<model>` or `api:<model>@<base_url>` (any OpenAI-compatible server)."""
+    base_url: str = Field("", description="Default base URL for `api:` models without `@url`; empty = "
+                          "$OPENAI_BASE_URL, else https://api.openai.com/v1.")
+    key_env: str = Field("OPENAI_API_KEY", description="Name of the environment variable holding the API key "
+                         "(the key itself is never stored in the config, logs or MLflow).")
+    concurrency: int = Field(8, ge=1, description="Requests in flight per model.")
+    timeout_s: float = Field(60.0, gt=0, description="Seconds per request before it is retried.")
+    max_retries: int = Field(4, ge=0, description="Retries on timeouts, 429 and 5xx (exponential backoff).")
+
+
 class TasksConfig(_Cfg):
     source: str = Field("bundled", description="'bundled' (shipped backend tasks), 'bundled:easy' (one-liners for "
-                        "smoke runs), a ColBench-format jsonl with a split field, or a folder with train/test.jsonl.")
+                        "smoke runs), a ColBench-format jsonl with a split field, a folder with train/test.jsonl, "
+                        "'official:<folder>' (a copy of the official dataset) or 'hub:facebook/collaborative_agent_bench'.")
+    first_n_test: int = Field(1000, ge=1, description="Official sources: keep the first N test rows (paper: 1000).")
+    generator: str = Field("", description="Task generation: a model (e.g. 'api:gpt-4o') that writes new tasks from "
+                           "seed texts; empty = use `source` as is.")
+    seeds: str = Field("", description="Seed texts for generation (jsonl rows {\"seed\": ...}); empty = bundled seeds.")
+    gen_temperature: float = Field(0.8, ge=0.0, description="Generator sampling temperature.")
+    gen_max_new_tokens: int = Field(1024, ge=64, description="Generator tokens per task.")
     n_train: int = Field(8, ge=1, description="Training tasks used for collection.")
     n_test: int = Field(8, ge=1, description="Held-out tasks used for evaluation.")
     seed: int = 0
 
 
 class CollectConfig(_Cfg):
+    offline_path: str = Field("", description="Import this offline trajectory file (official format, e.g. "
+                              "colbench_code_offline_15k_llama8b.jsonl) instead of rolling out the policy.")
+    offline_limit: int = Field(0, ge=0, description="Import only the first N distinct tasks of the offline file, "
+                               "with all their trajectories (0 = all).")
     k: int = Field(4, ge=1, description="Trajectories per training task.")
     max_turns: int = Field(2, ge=1, le=10, description="Agent turns per episode (paper: 10).")
     max_new_tokens: int = Field(256, ge=8, description="Agent tokens per turn.")
@@ -100,7 +123,11 @@ class ActorConfig(_Cfg):
 
 
 class EvaluateConfig(_Cfg):
-    max_turns: int = Field(2, ge=1, le=10)
+    modes: list[Literal["multi_turn", "single_turn"]] = Field(
+        ["multi_turn"], min_length=1, description="'multi_turn' (ask, then answer) and/or 'single_turn' (answer at once).")
+    agents: list[str] = Field([], description="More systems evaluated zero-shot in the same table: model ids, "
+                              "folders or `api:<model>[@url]` (e.g. 'api:gpt-4o').")
+    max_turns: int = Field(2, ge=1, le=10, description="Agent turns per episode (paper: 10).")
     max_new_tokens: int = Field(256, ge=8)
     sim_max_new_tokens: int = Field(48, ge=8)
     temperature: float = Field(0.0, ge=0.0, description="0 = greedy decoding for evaluation.")
@@ -115,6 +142,7 @@ class PipelineConfig(_Cfg):
     artifacts_dir: str = Field("artifacts", description="Root folder of all run outputs.")
     mlflow_uri: str = Field("", description="MLflow tracking URI; empty = sqlite:///<artifacts_dir>/mlflow.db.")
     models: ModelsConfig = ModelsConfig()
+    api: ApiConfig = ApiConfig()
     tasks: TasksConfig = TasksConfig()
     collect: CollectConfig = CollectConfig()
     pairs: PairsConfig = PairsConfig()
@@ -145,6 +173,23 @@ PROFILES: dict[str, dict[str, Any]] = {
         "candidates": {"n": 4, "max_new_tokens": 16, "max_turns": 4},
         "actor": {"max_length": 384, "save_steps": 2},
         "evaluate": {"max_turns": 1, "max_new_tokens": 48, "sim_max_new_tokens": 16},
+    },
+    # The paper's backend setting, for GPU machines: Llama-3.1-8B trained from the released offline trajectories,
+    # a Llama-3.1-70B simulator behind a vLLM server on this host, the official 1,000 test tasks, 10 turns.
+    # (Full fine-tuning, as in the paper, is not what the LoRA defaults do; see README.)
+    "paper": {
+        "experiment": "paper",
+        "models": {"policy": "meta-llama/Llama-3.1-8B-Instruct", "critic_base": "meta-llama/Llama-3.1-8B-Instruct",
+                   "simulator": "api:meta-llama/Llama-3.1-70B-Instruct@http://127.0.0.1:8000/v1", "device": "cuda"},
+        "tasks": {"source": "hub:facebook/collaborative_agent_bench", "n_train": 5000, "n_test": 1000},
+        "collect": {"offline_path": "data/colbench_code_offline_15k_llama8b.jsonl", "k": 3, "max_turns": 10,
+                    "max_new_tokens": 1024, "sim_max_new_tokens": 256, "temperature": 1.0},
+        "critic": {"epochs": 4, "max_length": 8192},
+        "candidates": {"n": 16, "temperature": 1.0, "max_new_tokens": 1024, "turn_fraction": 0.1, "max_turns": 10,
+                       "pairs_per_turn": 4},
+        "actor": {"max_length": 16384},
+        "evaluate": {"max_turns": 10, "max_new_tokens": 1024, "sim_max_new_tokens": 256,
+                     "modes": ["multi_turn", "single_turn"]},
     },
 }
 

@@ -11,3 +11,8 @@ from pathlib import Path
 os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(Path("artifacts/.prefect-results").resolve()))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+# One INFO line per HTTP request (API models) would drown the flow's log.
+import logging  # noqa: E402
+
+logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -16,3 +16,14 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 # The converted models are reused across test sessions (and with `make run`) rather than rebuilt per session.
 MODELS_DIR = ROOT / "artifacts" / "models"
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def openai_server():
+    """A started OpenAI-compatible stub server on 127.0.0.1 (see tests/openai_stub.py); stopped afterwards."""
+    from tests.openai_stub import OpenAIStub
+    with OpenAIStub() as server:
+        yield server

@@ -38,3 +38,20 @@ def test_cli_config_and_bad_input(capsys):
     assert "critic.beta" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["run", "--stage", "no_such_stage"])
+
+
+def test_every_profile_validates():
+    from sweet.config import PROFILES
+
+    for name in PROFILES:
+        assert load_config(name).profile == name
+    paper = load_config("paper")
+    assert paper.evaluate.max_turns == 10 and paper.tasks.first_n_test == 1000
+    assert paper.models.simulator.startswith("api:")
+
+
+def test_api_key_is_named_never_stored():
+    cfg = load_config("tiny", ["api.key_env=MY_KEY"])
+    assert "MY_KEY" in cfg.model_dump_json() and cfg.api.key_env == "MY_KEY"
+    with pytest.raises(ValueError, match="unknown field 'api.key'"):
+        load_config("tiny", ["api.key=sk-123"])  # there is no field for the key itself

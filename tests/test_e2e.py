@@ -25,21 +25,25 @@ def _task_states(flow_run_id):
 
 
 @pytest.mark.slow
-def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path):
-    cfg = load_config("micro", [f"artifacts_dir={tmp_path}", f"models.cache_dir={MODELS_DIR}", "models.device=cpu"])
+def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path, openai_server):
+    # A third system in the results table: an "API model" served by the OpenAI-compatible stub (standing in for
+    # GPT-4o or a vLLM server) that always answers with a fixed function.
+    openai_server.responder = lambda req: "I WANT TO ANSWER:\ndef f(x):\n    return x"
+    cfg = load_config("micro", [f"artifacts_dir={tmp_path}", f"models.cache_dir={MODELS_DIR}", "models.device=cpu",
+                                f'evaluate.agents=["api:stub@{openai_server.base_url}"]'])
     from flows.full import full
 
     state = full(cfg=cfg, return_state=True)
     assert state.is_completed(), state
     report = state.result()
-    assert "zero_shot" in report and "sweet" in report and "% tests passed" in report
+    assert "| zero_shot |" in report and "| sweet |" in report and "| stub |" in report and "% tests passed" in report
 
     cat = Catalog(cfg.root / "catalog.duckdb")
     counts = {t: cat.query(f"SELECT count(*) AS n FROM {t}")[0]["n"] for t in TABLES}
     assert all(n > 0 for n in counts.values()), counts
     assert counts["trajectories"] == cfg.tasks.n_train * cfg.collect.k
-    assert counts["eval_results"] == 2 * cfg.tasks.n_test
-    assert cat.query("SELECT count(DISTINCT method) AS m FROM eval_results")[0]["m"] == 2
+    assert counts["eval_results"] == 3 * cfg.tasks.n_test
+    assert {r["method"] for r in cat.query("SELECT DISTINCT method FROM eval_results")} == {"zero_shot", "sweet", "stub"}
 
     client = MlflowClient(cfg.tracking_uri)
     exp = client.get_experiment_by_name(cfg.experiment)
@@ -51,7 +55,7 @@ def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path):
     for name in ("train_critic", "train_dpo_actor"):
         history = client.get_metric_history(stages[name].info.run_id, "loss")
         assert len(history) >= 1, f"{name} logged no per-step loss"
-    assert "zero_shot/tests_passed" in stages["evaluate"].data.metrics
+    assert {"zero_shot/multi_turn/tests_passed", "stub/multi_turn/failed"} <= set(stages["evaluate"].data.metrics)
     assert stages["collect_trajectories"].data.params["collect.k"] == str(cfg.collect.k)
     artifacts = {a.path for a in client.list_artifacts(stages["evaluate"].info.run_id)}
     assert {"results.md", "dialogues.md", "tests_passed.png"} <= artifacts

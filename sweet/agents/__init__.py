@@ -1,0 +1,20 @@
+"""Policy and simulator backends: local transformers models (`hf.ChatLM`) and OpenAI-compatible APIs
+(`api.ChatAPI`, for refs written `api:<model>[@base_url]`). Both expose the same batched `generate`."""
+
+from __future__ import annotations
+
+
+def load_chat(ref: str, cfg, *, batch: int = 16, adapter=None):
+    """The chat backend for a model ref; imports lazily so an API-only run never loads torch models."""
+    from sweet.agents.api import ChatAPI, is_api_spec
+
+    if is_api_spec(ref):
+        if adapter is not None:
+            raise ValueError(f"{ref}: an API model cannot take a LoRA adapter")
+        a = cfg.api
+        return ChatAPI.from_spec(ref, base_url=a.base_url or None, key_env=a.key_env, concurrency=a.concurrency,
+                                 timeout_s=a.timeout_s, max_retries=a.max_retries)
+    from sweet.agents.hf import ChatLM
+
+    return ChatLM.load(ref, adapter=adapter, device=cfg.models.device, batch_size=batch,
+                       models_dir=cfg.models.cache_dir)

@@ -1,10 +1,17 @@
 """Child side of :mod:`sweet.colbench.sandbox`.  Runs UNTRUSTED model-written code.
 
-Started as ``python -S -P -B _sandbox_child.py RESULT_FD`` in a fresh session and temp cwd; reads one marshal'ed
-request ``{"code", "calls", "cfg"}`` (trusted: written by the parent) from stdin, confines itself (netns, uid drop, rlimits, stubs), executes the code, then
-evaluates each call and writes one JSON line per call to RESULT_FD (the answer's stdout/stderr go to /dev/null).
-Everything after ``exec(code)`` is assumed compromised: the parent decodes strictly and never sees expected values
-here.  Stdlib only; never import this module from the pipeline.
+Started as ``python -S -P -B _sandbox_child.py REQ_FD RES_FD`` in a fresh session and temp cwd.  Protocol (the
+parent's messages are trusted; length-prefixed marshal on REQ_FD):
+  parent -> child  {"code", "cfg"}       the child confines itself (:mod:`_sandbox_confine`), reports it, then
+  child -> parent  {"iso": [layers]}     (one JSON line on RES_FD) execs the code, and says
+  child -> parent  {"ready": 1}  or  {"fatal": reason}
+  parent -> child  (nonce, call)         one call at a time, each with a fresh random nonce, sent only after the
+  child -> parent  {"n": nonce, "ok": 1, "v": value} | {"n": nonce, "ok": 0, "e": reason}   previous result
+Everything after ``exec(code)`` is assumed compromised.  The answer can find and write to RES_FD, but the nonce of
+call i does not exist before the parent sends call i, and the parent takes exactly one line per call, in order,
+carrying that call's nonce (anything else ends the run as "bad result").  So a forged line can at most report a
+value for the call now running, which the answer could have returned anyway; expected values never enter here.
+The answer's stdin/stdout/stderr are /dev/null.  Stdlib only; never import this module from the pipeline.
 """
 import marshal
 import os
@@ -31,7 +38,7 @@ def _dump(x):
 def _emit(fd, obj, max_line):
     data = (_dump(obj) + "\n").encode()
     if len(data) > max_line:
-        data = (_dump({**{k: obj[k] for k in ("i",) if k in obj}, "ok": 0, "e": "result too large"}) + "\n").encode()
+        data = (_dump({**{k: obj[k] for k in ("n",) if k in obj}, "ok": 0, "e": "result too large"}) + "\n").encode()
     while data:
         data = data[os.write(fd, data):]
 
@@ -79,57 +86,8 @@ def _encode(v, depth=0):
     return ["u", name]
 
 
-def _confine(cfg):
-    """As root: private empty network namespace, drop to an unprivileged uid (keeping at most the capability
-    mask the parent asks for, e.g. CAP_DAC_READ_SEARCH when the interpreter lives under /root), no_new_privs.
-    Returns True when the uid drop succeeded."""
-    if os.geteuid() != 0 or cfg.get("uid") is None:
-        return False
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.unshare(0x40000000)  # CLONE_NEWNET; best effort (loopback down, no routes)
-    try:
-        libc.prctl(8, 1, 0, 0, 0)  # PR_SET_KEEPCAPS
-        uid, gid = cfg["uid"], cfg["gid"]
-        os.setgroups([])
-        os.setresgid(gid, gid, gid)
-        os.setresuid(uid, uid, uid)
-
-        class Hdr(ctypes.Structure):
-            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-        class Data(ctypes.Structure):
-            _fields_ = [("eff", ctypes.c_uint32), ("perm", ctypes.c_uint32), ("inh", ctypes.c_uint32)]
-
-        data = (Data * 2)()
-        data[0].eff = data[0].perm = cfg.get("keep_caps", 0)
-        if libc.capset(ctypes.byref(Hdr(0x20080522, 0)), data) != 0:  # _LINUX_CAPABILITY_VERSION_3
-            raise OSError(ctypes.get_errno(), "capset failed")
-    except OSError:
-        if os.getuid() != 0:
-            os._exit(70)  # half-dropped: refuse to run anything
-        return False
-    finally:
-        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-    return os.getuid() != 0 and os.geteuid() != 0
-
-
-def _limits(cfg):
-    import resource as R
-
-    for res, val in ((R.RLIMIT_CPU, cfg["cpu_s"]), (R.RLIMIT_AS, cfg["memory_mb"] << 20), (R.RLIMIT_FSIZE, cfg["fsize"]),
-                     (R.RLIMIT_CORE, 0), (R.RLIMIT_NPROC, 0), (R.RLIMIT_NOFILE, 64)):
-        hard = R.getrlimit(res)[1]
-        val = val if hard == R.RLIM_INFINITY else min(val, hard)
-        try:
-            R.setrlimit(res, (val, val))
-        except (ValueError, OSError):
-            pass
-
-
 def _stub(isolated):
-    """Speed bumps only (a determined answer can use ctypes); the real walls are rlimits, uid, netns, killpg."""
+    """Speed bumps only (a determined answer can use ctypes); the walls are in _sandbox_confine, rlimits, killpg."""
     import posix
 
     def deny(*a, **k):
@@ -149,39 +107,59 @@ def _stub(isolated):
         sys.modules["_socket"] = sys.modules["socket"] = None
 
 
+def _read(fd, n):
+    out = b""
+    while len(out) < n:
+        chunk = os.read(fd, n - len(out))
+        if not chunk:
+            return None
+        out += chunk
+    return out
+
+
+def _recv(fd):
+    """One length-prefixed marshal message from the parent, or None at end of input."""
+    head = _read(fd, 4)
+    body = None if head is None else _read(fd, int.from_bytes(head, "big"))
+    return None if body is None else marshal.loads(body)
+
+
 def main():
-    fd = int(sys.argv[1])
-    req = marshal.loads(sys.stdin.buffer.read())
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    cfg, calls, max_line = req["cfg"], req["calls"], req["cfg"]["max_line"]
-    isolated = _confine(cfg)
-    _limits(cfg)
-    _stub(isolated)
-    del sys.argv[1:]
+    req_fd, fd = int(sys.argv[1]), int(sys.argv[2])
+    req = _recv(req_fd)
+    cfg, max_line = req["cfg"], req["cfg"]["max_line"]
+    confinement = {"__name__": "_sandbox_confine"}
+    exec(marshal.loads(req.pop("confine")), confinement)  # _sandbox_confine.py, compiled by the parent
+    layers = confinement["confine"](cfg)
+    confinement["limits"](cfg)
+    _stub("netns" in layers)
+    del sys.argv[1:], confinement
+    _emit(fd, {"iso": layers}, max_line)  # before the answer runs, so the parent can trust this line
     ns = {"__name__": "__colbench_answer__", "__builtins__": __builtins__}
     try:
         exec(compile(req.pop("code"), "<answer>", "exec"), ns)
     except BaseException as e:
         _emit(fd, {"fatal": _reason(e)}, max_line)
         os._exit(0)
-    _emit(fd, {"ready": 1, "iso": int(isolated)}, max_line)
-    for i, call in enumerate(calls):
+    _emit(fd, {"ready": 1}, max_line)
+    while True:  # one call at a time: the parent sends call i (with a fresh nonce) only after result i-1 arrived
+        msg = _recv(req_fd)
+        if msg is None:
+            os._exit(0)  # skip atexit hooks the answer may have registered
+        nonce, call = msg
         try:
             value = eval(compile(call, "<test>", "eval"), ns)
         except BaseException as e:
             reason = _reason(e)
             if isinstance(e, NameError) and not any(isinstance(x, type(_reason)) for x in list(ns.values())):
                 reason = "no function defined"
-            _emit(fd, {"i": i, "ok": 0, "e": reason}, max_line)
+            _emit(fd, {"n": nonce, "ok": 0, "e": reason}, max_line)
             continue
         try:
-            line = {"i": i, "ok": 1, "v": _encode(value)}
+            line = {"n": nonce, "ok": 1, "v": _encode(value)}
         except BaseException as e:
-            line = {"i": i, "ok": 0, "e": "unencodable result: " + _reason(e)}
+            line = {"n": nonce, "ok": 0, "e": "unencodable result: " + _reason(e)}
         _emit(fd, line, max_line)
-    os._exit(0)  # skip atexit hooks the answer may have registered
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
+from sweet.agents.api import GenerationFailure
 from sweet.colbench.sandbox import evaluate_many, strip_code_fences
 from sweet.colbench.tasks import Task
 
@@ -45,6 +46,16 @@ SIM_VIEW_CHARS = 600
 
 LAST_TURN_NOTE = f"\n\n(This is your last turn: reply with {ANSWER_MARK} and the complete function.)"
 
+# The paper's single-turn rows: the same task, but the agent cannot ask; its first response is the answer.
+SINGLE_TURN_PROMPT = (
+    "You are helping a user write one Python function. You cannot ask questions: write the complete function now, "
+    "making reasonable assumptions about any detail the description leaves open.\n"
+    f"Start your answer with the line {ANSWER_MARK} followed by the function in a ```python block, and nothing "
+    "after it.\n\nTask:\n{problem}"
+)
+MODES = ("multi_turn", "single_turn")
+MAX_TURNS = 10  # the paper's protocol: after 10 agent turns the last response is the answer
+
 
 @dataclass
 class Episode:
@@ -58,11 +69,22 @@ class Episode:
     success: bool = False
     tests_passed: int = 0
     error: str | None = None
+    mode: str = "multi_turn"
 
     def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {MODES}")
+        if not 1 <= self.max_turns <= MAX_TURNS:
+            raise ValueError(f"max_turns must be between 1 and {MAX_TURNS} (the ColBench protocol), got {self.max_turns}")
+        if self.mode == "single_turn":
+            self.max_turns = 1
         if not self.messages:
-            prompt = AGENT_PROMPT.format(max_turns=self.max_turns, problem=self.task.problem_description)
-            self.messages = [{"role": "user", "content": prompt + (LAST_TURN_NOTE if self.max_turns == 1 else "")}]
+            if self.mode == "single_turn":
+                prompt = SINGLE_TURN_PROMPT.format(problem=self.task.problem_description)
+            else:
+                prompt = AGENT_PROMPT.format(max_turns=self.max_turns, problem=self.task.problem_description)
+                prompt += LAST_TURN_NOTE if self.max_turns == 1 else ""
+            self.messages = [{"role": "user", "content": prompt}]
 
     @property
     def n_turns(self) -> int:
@@ -105,11 +127,20 @@ def clean_reply(text: str) -> str:
     return text[:SIM_REPLY_CHARS]
 
 
-def score(episodes: list[Episode], workers: int = 2) -> None:
-    reports = evaluate_many([(e.answer or "", e.task.ground_truth, e.task.test_cases) for e in episodes],
-                            workers=workers)
-    for e, r in zip(episodes, reports):
+def score(episodes: list[Episode]) -> None:
+    """Sandbox scores; an episode that ended on an API failure keeps reward 0 and its error."""
+    todo = [e for e in episodes if e.error is None]
+    reports = evaluate_many([(e.answer or "", e.task.ground_truth, e.task.test_cases) for e in todo])
+    for e, r in zip(todo, reports):
         e.reward, e.success, e.tests_passed, e.error = r.reward, r.success, r.passed, r.error
+
+
+def _failed(e: Episode, who: str, reply) -> bool:
+    """A generation that finally failed (API client) ends the episode with reward 0, recorded, never dropped."""
+    if not isinstance(reply, GenerationFailure) and reply is not None:
+        return False
+    e.done, e.error = True, f"{who} failed: {getattr(reply, 'reason', 'no reply')}"
+    return True
 
 
 def rollout(episodes: list[Episode], policy, simulator, *, max_new_tokens: int, sim_max_new_tokens: int,
@@ -125,6 +156,9 @@ def rollout(episodes: list[Episode], policy, simulator, *, max_new_tokens: int, 
         actions = policy.generate([e.messages for e in live], max_new_tokens, temperature, seed=seed + turn)
         finished = []
         for e, action, last in zip(live, actions, final):
+            if _failed(e, "agent", action):
+                finished.append(e)
+                continue
             e.messages.append({"role": "assistant", "content": action})
             answer = extract_answer(action, last)
             if answer is not None:
@@ -137,10 +171,20 @@ def rollout(episodes: list[Episode], policy, simulator, *, max_new_tokens: int, 
             bar.update(len(finished))
         live = [e for e in live if not e.done]
         if live:
+            # The simulator decodes greedily (temperature 0), as in the paper.
             replies = simulator.generate([e.simulator_view() for e in live], sim_max_new_tokens, 0.0)
+            lost = []
             for e, reply in zip(live, replies):
+                if _failed(e, "simulator", reply):
+                    lost.append(e)
+                    continue
                 note = LAST_TURN_NOTE if e.n_turns + 1 >= e.max_turns else ""
                 e.messages.append({"role": "user", "content": clean_reply(reply) + note})
+            if lost:
+                if on_done:
+                    on_done(lost)
+                bar.update(len(lost))
+                live = [e for e in live if not e.done]
         turn += 1
     bar.close()
     return episodes

@@ -40,7 +40,7 @@ def read_answers(path: Path, tasks: dict) -> list[tuple[str, str]]:
     return answers
 
 
-def eval_backend(tasks_path: str, answers_path: str, workers: int = 2, timeout_s: float = 2.0, out=sys.stdout) -> int:
+def eval_backend(tasks_path: str, answers_path: str, workers: int | None = None, timeout_s: float = 2.0, out=sys.stdout) -> int:
     tasks = read_tasks(Path(tasks_path))
     answers = read_answers(Path(answers_path), tasks)
     reports = evaluate_many([(a, *tasks[tid]) for tid, a in answers], workers=workers, timeout_s=timeout_s)

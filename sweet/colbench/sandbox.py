@@ -1,56 +1,60 @@
 """Run model-written ColBench backend answers against hidden tests, never in this process.
 
-Design (see also ``_sandbox_child.py``, the only code that runs next to the answer):
+Design (``_sandbox_proc`` starts and talks to children; ``_sandbox_child`` and ``_sandbox_confine`` are the only
+code that runs next to the answer):
 * One child process per answer; all calls run in it in order.  When a call times out or the child dies (segfault,
   ``os._exit``), the group is killed and a fresh child re-executes the code for the *remaining* calls, so one
   looping input costs only its own budget.  One child per call would be simpler but costs ~10x the process
   starts (a start is ~15-25 ms of CPU); a restart is only paid for tests that already failed.
-* The child gets the code and the call expressions on stdin and writes one JSON line per call to a dedicated pipe
-  (``pass_fds``); its stdout/stderr are /dev/null, so printing cannot forge results and output volume is free.
-  Values use a tagged encoding of plain builtins, decoded here by a strict parser (no eval/pickle); anything else
-  becomes :class:`Unsupported`, which equals nothing.  Comparison is Python ``==`` on decoded values.  Expected
-  values come from running the reference the same way in a separate child, so the answer's child never sees them.
-* Confinement: new session (``os.killpg`` at the end, always), temp cwd (deleted), clean env, rlimits (CPU, AS,
-  FSIZE, CORE=0, NPROC=0, NOFILE).  When we are root the child also enters an empty network namespace and drops
-  to a per-child unused uid with no_new_privs (keeping only CAP_DAC_READ_SEARCH when the interpreter is not
-  world-readable, e.g. under /root), so it cannot write project files, signal us or other answers, or fork.
-  Not root: NPROC=0 still blocks fork, sockets are refused at import, but files of our own user are writable.
+* Protocol: the parent sends the code, then one call at a time with a fresh random nonce, each only after the
+  previous result arrived; it accepts exactly one JSON line per call, in order, carrying that call's nonce, and
+  ends the run on anything else ("bad result").  The answer can find the result pipe, but cannot produce a line
+  for a call before that call was sent, so forging is worth no more than returning a value.  stdout/stderr are
+  /dev/null: printing forges nothing and output volume is free.  Values use a tagged encoding of plain builtins,
+  decoded here by a strict parser (no eval/pickle; sets/dicts of keys crafted to share a hash are refused);
+  anything else becomes :class:`Unsupported`, which equals nothing.  Comparison is Python ``==`` on decoded
+  values.  Expected values come from running the reference the same way in a separate child.
+* Confinement (``protections()`` lists the layers in force; details in ``_sandbox_confine``), by fallback order:
+  1. root (here and in CI): netns + mountns + Landlock + uid drop + seccomp.  The child sees only read-only
+     binds of its interpreter's stdlib and the system libraries; its cwd is a private 32 MB tmpfs; the project, /tmp,
+     /dev/shm, /proc (so /proc/<parent>/environ) and home dirs do not exist for it and a disk cannot be filled;
+     no network; it runs as a per-child unused uid with no capabilities and no_new_privs, so it cannot signal us
+     or other answers.  A layer the kernel or a container refuses is skipped; the others still apply.
+  2. not root, Linux >= 5.13 (Landlock, probed with the syscall; /sys/kernel/security/lsm may be absent): reads
+     only under the same whitelist, writes only under the cwd; ABI >= 4 no TCP bind/connect; ABI >= 6 no
+     signals or abstract unix sockets outside the sandbox.  Weaker than 1: the cwd is on the real disk (files
+     <= 1 MB each, their count unbounded), UDP is only refused at import (no netns), no uid of its own.
+  3. not root, no Landlock: files of our own user are readable and writable and our processes can be
+     signalled through ctypes (a warning is logged once).
+  Any user on x86_64: a seccomp filter fails fork/clone/exec, namespaces, mounts, chroot, ptrace, bpf, io_uring,
+  userfaultfd, keyrings, perf... with EPERM (less kernel to attack).
+  Always: new session (``os.killpg`` at the end), temp cwd (deleted), clean env, rlimits (CPU, AS, FSIZE,
+  CORE=0, NPROC=0: no fork and no threads, NOFILE), os.fork/system/kill... stubs (speed bumps only).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import itertools
 import json
 import logging
-import marshal
 import os
 import re
-import select
-import shutil
-import signal
-import stat
-import subprocess
-import sys
-import sysconfig
-import tempfile
 import threading
-import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from sweet.colbench import _sandbox_proc as _proc
+
 log = logging.getLogger(__name__)
 
-CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
 STARTUP_GRACE_S = 5.0  # interpreter start + confinement, on top of timeout_s for executing the answer's body
 MAX_LINE = 1 << 20  # one encoded result; also the cap on buffered, unterminated child output
 MAX_DEPTH = 110
-_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONHASHSEED": "0", "PYTHONUTF8": "1",
-        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # no threads: NPROC=0
-_CAP_DAC_READ_SEARCH = 1 << 2
-_uid_counter = itertools.count()
+MAX_SAME_HASH = 64  # keys of one set/dict sharing a hash value
+USE_MOUNTNS = True  # layers that can be turned off (tests use this to exercise the fallbacks)
+USE_LANDLOCK = True
+WORK_MB = 32  # size of the private tmpfs cwd when the mount namespace is in force
 
 
 @dataclass
@@ -126,149 +130,59 @@ def _decode(x, depth: int = 0):
         if tag == "u":
             return Unsupported(p[:80])
     elif type(p) is list:
-        if tag in _SEQ:
+        if tag in ("l", "t"):
             return _SEQ[tag](_decode(y, depth + 1) for y in p)
+        if tag in ("S", "F"):
+            return _SEQ[tag](_hashable([_decode(y, depth + 1) for y in p]))
         if tag == "d" and all(type(kv) is list and len(kv) == 2 for kv in p):
-            return {_decode(k, depth + 1): _decode(v, depth + 1) for k, v in p}
+            keys = _hashable([_decode(k, depth + 1) for k, _ in p])
+            return dict(zip(keys, (_decode(v, depth + 1) for _, v in p)))
     raise ValueError("bad value")
 
 
-def _world_accessible(path: str) -> bool:
-    path = os.path.realpath(path)
-    while True:
-        try:
-            mode = os.stat(path).st_mode
-        except OSError:
-            return False
-        if not mode & (stat.S_IXOTH if stat.S_ISDIR(mode) else stat.S_IROTH):
-            return False
-        parent = os.path.dirname(path)
-        if parent == path:
-            return True
-        path = parent
+def _hashable(keys: list) -> list:
+    """Refuse set/dict keys crafted to share a hash (e.g. multiples of 2**61 - 1): building them here would take
+    quadratic time while holding the GIL, stalling every other evaluation in this process."""
+    seen: dict[int, int] = {}
+    for k in keys:
+        h = hash(k)
+        seen[h] = seen.get(h, 0) + 1
+        if seen[h] > MAX_SAME_HASH:
+            raise ValueError("colliding keys")
+    return keys
 
 
-@functools.cache
-def _keep_caps() -> int | None:
-    """None when we cannot drop privileges (not root); else the capability mask the child keeps."""
-    if os.name != "posix" or os.geteuid() != 0:
-        return None
-    paths = [sys.executable, CHILD_SCRIPT, sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]]
-    return 0 if all(_world_accessible(p) for p in paths) else _CAP_DAC_READ_SEARCH
+_warned: set[str] = set()
 
 
-def _sandbox_ids() -> tuple[int, int]:
-    """An unused uid per concurrent child (unique within this process; spread by pid across processes)."""
-    n = 200_000 + (os.getpid() % 4000) * 1000 + next(_uid_counter) % 1000
-    return n, n
-
-
-def _exit_reason(rc: int | None) -> str:
-    if rc is None:
-        return "killed"
-    if rc < 0:
-        return "cpu limit" if -rc == signal.SIGXCPU else f"crashed (signal {-rc})"
-    return "refused to run (sandbox setup failed)" if rc == 70 else f"exited (code {rc})"
-
-
-def _kill(proc: subprocess.Popen) -> int | None:
-    if proc.returncode is not None:  # already reaped: its pgid may belong to someone else now
-        return proc.returncode
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # before any wait(): the pgid cannot have been recycled yet
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        return proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        return None
-
-
-_warned = False
-
-
-def _collect(proc, fd: int, n: int, timeout_s: float):
-    """Read the child's result lines.  Returns (fatal, results, stop): fatal = the code itself failed; results =
-    decoded (ok, value|reason) for a prefix of the calls; stop = reason the next call failed (None if all done)."""
-    global _warned
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    buf, ready, results = bytearray(), False, []
-    deadline = time.monotonic() + STARTUP_GRACE_S + timeout_s
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return ("timeout", results, None) if not ready else (None, results, "timeout")
-        if not poller.poll(left * 1000):
-            continue
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            reason = _exit_reason(_kill(proc))
-            return (reason, results, None) if not ready else (None, results, reason)
-        buf += chunk
-        while (nl := buf.find(b"\n")) >= 0:
-            line, buf = bytes(buf[:nl]), buf[nl + 1 :]
-            try:
-                msg = json.loads(line)
-                if not ready:
-                    if isinstance(msg.get("fatal"), str):
-                        return msg["fatal"][:200], results, None
-                    if msg.get("ready") != 1:
-                        raise ValueError
-                    ready = True
-                    if not msg.get("iso") and _keep_caps() is not None and not _warned:
-                        _warned = True
-                        log.warning("sandbox: could not drop privileges; running answers as root")
-                elif msg.get("i") != len(results):
-                    raise ValueError
-                elif msg.get("ok") == 1:
-                    results.append((True, _decode(msg["v"])))
-                elif msg.get("ok") == 0 and isinstance(msg.get("e"), str):
-                    results.append((False, msg["e"][:200]))
-                else:
-                    raise ValueError
-            except (ValueError, TypeError, KeyError, AttributeError, RecursionError, OverflowError):
-                return ("protocol error", results, None) if not ready else (None, results, "bad result")
-            deadline = time.monotonic() + timeout_s
-            if len(results) == n:
-                return None, results, None
-        if len(buf) > MAX_LINE:
-            return ("output too large", results, None) if not ready else (None, results, "result too large")
+def _warn_once(layers: list[str]) -> None:
+    missing = []
+    if _proc.keep_caps() is not None and "uid" not in layers:
+        missing.append("could not drop privileges; running answers as root")
+    if "mountns" not in layers and not any(x.startswith("landlock") for x in layers):
+        missing.append("no filesystem confinement (neither a mount namespace nor Landlock); answers can read and "
+                       "write whatever this user can")
+    for m in missing:
+        if m not in _warned:
+            _warned.add(m)
+            log.warning("sandbox: %s", m)
 
 
 def _child(code: str, calls: list[str], timeout_s: float, memory_mb: int, site: bool):
-    keep = _keep_caps()
-    uid, gid = _sandbox_ids() if keep is not None else (None, None)
-    cfg = {"uid": uid, "gid": gid, "keep_caps": keep or 0, "memory_mb": int(memory_mb), "fsize": 1 << 20,
-           "cpu_s": int(timeout_s * (len(calls) + 1) + STARTUP_GRACE_S) + 1, "max_line": MAX_LINE}
-    payload = marshal.dumps({"code": code, "calls": calls, "cfg": cfg})
-    tmp = tempfile.mkdtemp(prefix="sweet-sbx-")
-    r, w = os.pipe()
-    proc = None
-    try:
-        if uid is not None:
-            os.chown(tmp, uid, gid)
-        argv = [sys.executable, "-s", "-P", "-B", *([] if site else ["-S"]), CHILD_SCRIPT, str(w)]
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                cwd=tmp, env=_ENV, pass_fds=(w,), start_new_session=True)
-        os.close(w)
-        w = -1
+    """One child for ``calls``: (fatal, decoded (ok, value|reason) for a prefix of the calls, stop, layers)."""
+    cfg = {"memory_mb": int(memory_mb), "fsize": 1 << 20, "max_line": MAX_LINE, "site": bool(site),
+           "cpu_s": int(timeout_s * (len(calls) + 1) + STARTUP_GRACE_S) + 1,
+           "mountns": USE_MOUNTNS, "landlock": USE_LANDLOCK, "work_mb": WORK_MB}
+    fatal, raw, stop, layers = _proc.spawn(code, calls, cfg, timeout_s, STARTUP_GRACE_S)
+    if layers is not None:
+        _warn_once(layers)
+    results = []
+    for ok, v in raw:
         try:
-            proc.stdin.write(payload)
-            proc.stdin.close()
-        except OSError:
-            pass
-        return _collect(proc, r, len(calls), timeout_s)
-    finally:
-        if w >= 0:
-            os.close(w)
-        os.close(r)
-        if proc is not None:
-            _kill(proc)
-        for _ in range(2):  # not root: the answer may have chmod'ed its own files; make them deletable, retry
-            shutil.rmtree(tmp, ignore_errors=True)
-            if os.path.exists(tmp):
-                subprocess.run(["chmod", "-R", "u+rwx", tmp], capture_output=True)
+            results.append((True, _decode(v)) if ok else (False, v))
+        except (ValueError, TypeError, RecursionError, OverflowError):
+            return fatal, results, "bad result", layers
+    return fatal, results, stop, layers
 
 
 def _run(code: str, calls: list[str], timeout_s: float = 2.0, memory_mb: int = 512, site: bool = False):
@@ -276,7 +190,7 @@ def _run(code: str, calls: list[str], timeout_s: float = 2.0, memory_mb: int = 5
     calls = list(calls)
     out: list[tuple[bool, object]] = []
     while len(out) < len(calls):
-        fatal, res, stop = _child(code, calls[len(out):], timeout_s, memory_mb, site)
+        fatal, res, stop, _ = _child(code, calls[len(out):], timeout_s, memory_mb, site)
         if fatal is not None:
             if not out:
                 return fatal, [(False, fatal)] * len(calls)
@@ -284,9 +198,14 @@ def _run(code: str, calls: list[str], timeout_s: float = 2.0, memory_mb: int = 5
         out += res
         if stop is not None:
             out.append((False, stop))
-            if stop == "bad result":  # the child speaks garbage: do not keep restarting it
+            if stop == "bad result":  # the child speaks garbage or forges: do not keep restarting it
                 out += [(False, stop)] * (len(calls) - len(out))
     return None, out
+
+
+def protections(site: bool = False) -> list[str]:
+    """The confinement layers a child gets here, e.g. ``['netns', 'mountns', 'landlock7', 'uid', 'seccomp']``."""
+    return _child("", ["None"], 2.0, 512, site)[3] or []
 
 
 def run_calls(code: str, calls: list[str], *, timeout_s: float = 2.0, memory_mb: int = 512,
@@ -353,10 +272,17 @@ def evaluate_answer(answer: str, reference: str, test_cases: list[str], **limits
     return TestReport(sum(e is None for e in errors), n, errors, None)
 
 
-def evaluate_many(items: list[tuple[str, str, list[str]]], *, workers: int = os.cpu_count() or 1,
+def evaluate_many(items: list[tuple[str, str, list[str]]], *, workers: int | None = None,
                   **limits) -> list[TestReport]:
-    """``evaluate_answer`` over (answer, reference, tests) items, in parallel, results in input order."""
+    """``evaluate_answer`` over (answer, reference, tests) items, in parallel (``workers`` children at a time,
+    default ``os.cpu_count()``; each waits on its own child, so a looping answer holds one worker for its own
+    budget only), results in input order.  The distinct references run first, all in parallel, so that answers
+    to the same task do not leave workers waiting on one reference child."""
     if not items:
         return []
+    workers = workers or os.cpu_count() or 1
+    refs = list(dict.fromkeys((ref, tuple(tests)) for _, ref, tests in items))
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(items)))) as pool:
+        for _ in pool.map(lambda rt: _expected(rt[0], list(rt[1]), limits), refs):
+            pass
         return list(pool.map(lambda it: evaluate_answer(it[0], it[1], it[2], **limits), items))

@@ -3,7 +3,8 @@
 A record carries `problem_description` (ending with the function signature), `ground_truth` (the hidden
 reference code) and `test_cases` (call expressions; expected = the reference's output on the same call).
 The bundled file adds `task_id` and `split`. A folder holding `train.jsonl` and `test.jsonl` (the official
-layout) also loads; rows without a `task_id` get `<split>-<row>` as id.
+layout) also loads; rows without a `task_id` get `<split>-<row>` as id. The official dataset itself loads with
+`official:<folder>` (a local copy) or `hub:<dataset id>` (see `sweet.colbench.official`; ids `official-<split>-<row>`).
 """
 
 from __future__ import annotations
@@ -58,7 +59,22 @@ def _parse(path: Path, row: int, rec: dict, split: str | None) -> Task:
     return Task(task_id, task_split, desc, code, tests)
 
 
-def load_tasks(source: str = BUNDLED) -> list[Task]:
+OFFICIAL_PREFIXES = ("official:", "hub:")
+
+
+def load_tasks(source: str = BUNDLED, first_n_test: int | None = 1000) -> list[Task]:
+    """Tasks of a source; `first_n_test` keeps the first N test rows of official sources only (paper: 1000)."""
+    if source.startswith(OFFICIAL_PREFIXES):
+        from sweet.colbench.official import load_official_tasks
+
+        kind, target = source.split(":", 1)
+        if not target:
+            raise ValueError(f"task source {source!r}: name a {'folder' if kind == 'official' else 'dataset id'} "
+                             f"after '{kind}:'")
+        if kind == "official" and not Path(target).expanduser().is_dir():
+            raise FileNotFoundError(f"task source {source!r}: no such folder (a copy of the official dataset, "
+                                    f"holding backend_tasks/train.jsonl and backend_tasks/test.jsonl)")
+        return load_official_tasks(target, first_n_test=first_n_test)
     if source in BUNDLED_SETS:
         files = [(bundled_path(source), None)]
     else:
@@ -72,7 +88,8 @@ def load_tasks(source: str = BUNDLED) -> list[Task]:
             files = [(p, None)]
         else:
             raise FileNotFoundError(f"task source {source!r}: no such file or folder "
-                                    f"(use one of {sorted(BUNDLED_SETS)} or a path)")
+                                    f"(use one of {sorted(BUNDLED_SETS)}, a path, "
+                                    f"'official:<folder>' or 'hub:<dataset id>')")
     tasks, seen = [], set()
     for f, split in files:
         for row, rec in iter_jsonl(f):

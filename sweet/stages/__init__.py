@@ -13,10 +13,13 @@ from sweet.stages.evaluate import evaluate
 from sweet.stages.generate import generate_tasks
 from sweet.stages.pairs import build_preference_pairs
 
-_ROLLOUT = ("sweet.colbench.backend", "sweet.colbench.sandbox", "sweet.agents.hf", "sweet.stages.collect")
+_ROLLOUT = ("sweet.colbench.backend", "sweet.colbench.sandbox", "sweet.agents.hf", "sweet.agents.api",
+            "sweet.stages.collect")
 
-GENERATE = Stage("generate_tasks", generate_tasks, ("tasks",), ("sweet.stages.generate", "sweet.colbench.tasks"))
-COLLECT = Stage("collect_trajectories", collect_trajectories, ("models.policy", "models.simulator", "collect"), _ROLLOUT)
+GENERATE = Stage("generate_tasks", generate_tasks, ("tasks", "api.base_url"),
+                 ("sweet.stages.generate", "sweet.colbench.tasks", "sweet.colbench.official", "sweet.colbench.taskgen"))
+COLLECT = Stage("collect_trajectories", collect_trajectories,
+                ("models.policy", "models.simulator", "api.base_url", "collect"), _ROLLOUT + ("sweet.colbench.official",))
 PAIRS = Stage("build_preference_pairs", build_preference_pairs, ("pairs",), ("sweet.stages.pairs",))
 CRITIC = Stage("train_critic", train_critic, ("models.critic_base", "critic"),
                ("sweet.stages.critic", "sweet.algos.critic", "sweet.algos.dialogue"))
@@ -24,7 +27,7 @@ CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates, ("m
                    ("sweet.stages.candidates", "sweet.algos.critic", "sweet.algos.actor", "sweet.agents.hf"))
 ACTOR = Stage("train_dpo_actor", train_dpo_actor, ("models.policy", "actor"),
               ("sweet.stages.actor", "sweet.algos.actor", "sweet.algos.dialogue"))
-EVALUATE = Stage("evaluate", evaluate, ("models.policy", "models.simulator", "evaluate"),
+EVALUATE = Stage("evaluate", evaluate, ("models.policy", "models.simulator", "api.base_url", "evaluate"),
                  _ROLLOUT + ("sweet.stages.evaluate",))
 
 STAGES = [GENERATE, COLLECT, PAIRS, CRITIC, CANDIDATES, ACTOR, EVALUATE]

@@ -10,7 +10,7 @@ import re
 import statistics
 from pathlib import Path
 
-from sweet.agents.hf import ChatLM
+from sweet.agents import load_chat
 from sweet.colbench.backend import ANSWER_MARK, Episode, rollout
 from sweet.colbench.tasks import Task
 from sweet.store import dumps, loads, read_rows, read_shards, write_rows
@@ -38,13 +38,12 @@ def episode_row(e: Episode, **extra) -> dict:
     }
 
 
-def load_chat_models(cfg, policy_ref: str, adapter=None, batch: int = 16) -> tuple[ChatLM, ChatLM]:
+def load_chat_models(cfg, policy_ref: str, adapter=None, batch: int = 16):
     """Policy and simulator; one model serves both when they are the same plain checkpoint."""
-    kw = dict(device=cfg.models.device, batch_size=batch, models_dir=cfg.models.cache_dir)
-    policy = ChatLM.load(policy_ref, adapter=adapter, **kw)
+    policy = load_chat(policy_ref, cfg, batch=batch, adapter=adapter)
     if adapter is None and cfg.models.simulator == policy_ref:
         return policy, policy
-    return policy, ChatLM.load(cfg.models.simulator, **kw)
+    return policy, load_chat(cfg.models.simulator, cfg, batch=batch)
 
 
 def used_marker(traj: dict) -> bool:
@@ -64,8 +63,29 @@ def turn_rows(traj: dict) -> list[dict]:
     return rows
 
 
+def import_offline(cfg, out: Path) -> list[dict]:
+    """The official offline trajectories instead of a rollout; rows without a reward are scored in the sandbox."""
+    from sweet.colbench.official import read_offline_trajectories
+    from sweet.colbench.sandbox import evaluate_many
+
+    c = cfg.collect
+    tasks, rows = read_offline_trajectories(c.offline_path, limit=c.offline_limit or None)
+    by_id = {t.task_id: t for t in tasks}
+    todo = [r for r in rows if r["reward"] is None]
+    if todo:
+        reports = evaluate_many([(r["answer"], by_id[r["task_id"]].ground_truth, by_id[r["task_id"]].test_cases)
+                                 for r in todo])
+        for r, rep in zip(todo, reports):
+            r.update(reward=rep.reward, success=rep.success, tests_passed=rep.passed, error=rep.error)
+    write_rows([t.to_row() for t in tasks], out / "offline_tasks.parquet")
+    return rows
+
+
 def collect_trajectories(cfg, out: Path, tasks_dir: str) -> dict:
     c = cfg.collect
+    if c.offline_path:
+        trajs = sorted(import_offline(cfg, out), key=lambda r: (r["task_id"], r["sample_idx"]))
+        return _finish(out, trajs, resumed=0)
     tasks = [Task(**r) for r in read_rows(Path(tasks_dir) / "tasks.parquet") if r["split"] == "train"]
     shards = out / "shards"
     todo = [Episode(t, i, c.max_turns) for t in tasks for i in range(c.k)
@@ -80,13 +100,17 @@ def collect_trajectories(cfg, out: Path, tasks_dir: str) -> dict:
         rollout(todo, policy, simulator, max_new_tokens=c.max_new_tokens, sim_max_new_tokens=c.sim_max_new_tokens,
                 temperature=c.temperature, seed=c.seed, on_done=save, desc="collect")
     trajs = sorted(read_shards(shards), key=lambda r: (r["task_id"], r["sample_idx"]))
+    return _finish(out, trajs, resumed=len(trajs) - len(todo))
+
+
+def _finish(out: Path, trajs: list[dict], resumed: int) -> dict:
     write_rows(trajs, out / "trajectories.parquet")
     write_rows([row for t in trajs for row in turn_rows(t)], out / "turns.parquet")
     rewards = [t["reward"] for t in trajs]
     spread = sum(len({t["reward"] for t in trajs if t["task_id"] == tid}) > 1 for tid in {t["task_id"] for t in trajs})
     return {
         "episodes": len(trajs),
-        "resumed_episodes": len(trajs) - len(todo),
+        "resumed_episodes": resumed,
         "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
         "reward_std": statistics.pstdev(rewards) if rewards else 0.0,
         "success_rate": statistics.fmean(t["success"] for t in trajs) if trajs else 0.0,

@@ -7,6 +7,7 @@ evaluation resumes. Results go to the store, a markdown table, and MLflow (metri
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -18,32 +19,38 @@ from sweet.store import loads, read_rows, read_shards, write_rows
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Mean % tests passed and success rate with a normal-approximation 95% interval over episodes."""
+    """% tests passed (mean reward), success rate (all tests pass) and mean turns, with a normal-approximation 95%
+    interval over episodes. Episodes that ended on an API failure count as 0 and are reported as `failed`."""
     n = len(rows)
     r = [x["reward"] for x in rows]
     s = [float(x["success"]) for x in rows]
     half = lambda v: 1.96 * statistics.pstdev(v) / math.sqrt(len(v)) if len(v) > 1 else 0.0  # noqa: E731
+    failed = sum(bool(x.get("error")) and " failed: " in x["error"] for x in rows)
     return {"n": n, "tests_passed": 100 * statistics.fmean(r) if n else 0.0, "tests_passed_ci": 100 * half(r) if n else 0.0,
             "success_rate": 100 * statistics.fmean(s) if n else 0.0, "success_ci": 100 * half(s) if n else 0.0,
-            "mean_turns": statistics.fmean(x["n_turns"] for x in rows) if n else 0.0}
+            "mean_turns": statistics.fmean(x["n_turns"] for x in rows) if n else 0.0, "failed": failed}
 
 
 def results_table(summaries: dict[str, dict]) -> str:
-    lines = ["| method | % tests passed | success rate | mean turns | episodes |", "|---|---|---|---|---|"]
-    for method, m in summaries.items():
-        lines.append(f"| {method} | {m['tests_passed']:.1f} ± {m['tests_passed_ci']:.1f} | "
-                     f"{m['success_rate']:.1f} ± {m['success_ci']:.1f} | {m['mean_turns']:.2f} | {m['n']} |")
+    lines = ["| system | mode | % tests passed | success rate | mean turns | episodes | API failures |",
+             "|---|---|---|---|---|---|---|"]
+    for key, m in summaries.items():
+        system, _, mode = key.partition("/")
+        lines.append(f"| {system} | {mode or 'multi_turn'} | {m['tests_passed']:.1f} ± {m['tests_passed_ci']:.1f} | "
+                     f"{m['success_rate']:.1f} ± {m['success_ci']:.1f} | {m['mean_turns']:.2f} | {m['n']} | "
+                     f"{m['failed']} |")
     return "\n".join(lines) + "\n\n(± is a 95% interval over episodes.)\n"
 
 
 def dialogue_sample(rows: list[dict], k: int = 2) -> str:
     """The best and worst evaluation dialogues of each method, readable."""
     parts = []
-    for method in sorted({r["method"] for r in rows}):
-        mine = sorted((r for r in rows if r["method"] == method), key=lambda r: (-r["reward"], r["task_id"]))
+    for method, mode in sorted({(r["method"], r["mode"]) for r in rows}):
+        mine = sorted((r for r in rows if (r["method"], r["mode"]) == (method, mode)),
+                      key=lambda r: (-r["reward"], r["task_id"]))
         for label, picked in (("best", mine[:k]), ("worst", mine[-k:][::-1])):
             for r in picked:
-                parts.append(f"## {method} — {label} — {r['task_id']} (reward {r['reward']:.2f})\n")
+                parts.append(f"## {method} ({mode}) — {label} — {r['task_id']} (reward {r['reward']:.2f})\n")
                 for m in loads(r["messages"])[1:]:
                     parts.append(f"**{m['role']}**:\n```\n{m['content']}\n```\n")
     return "\n".join(parts)
@@ -63,34 +70,105 @@ def _plot(summaries: dict[str, dict]):
     return fig
 
 
-def evaluate(cfg, out: Path, tasks_dir: str, actor_dir: str) -> dict:
+def run_systems(cfg, out: Path, tasks: list[Task], systems: dict[str, tuple[str, str | None]]) -> list[dict]:
+    """Evaluate each system (name -> (model ref, adapter)) in each configured mode on `tasks`, resumably.
+
+    Rows carry `method` (the system's name) and `mode`; one shard per (method, mode, task, sample).
+    """
     e = cfg.evaluate
-    tasks = [Task(**r) for r in read_rows(Path(tasks_dir) / "tasks.parquet") if r["split"] == "test"]
-    systems = {"zero_shot": None, "sweet": str(Path(actor_dir) / "actor")}
-    for method, adapter in systems.items():
-        shards = out / "shards" / method
-        todo = [Episode(t, i, e.max_turns) for t in tasks for i in range(e.n_samples)
-                if not (shards / shard_name(t.task_id, i)).exists()]
-        if not todo:
-            continue
-        policy, simulator = load_chat_models(cfg, cfg.models.policy, adapter=adapter, batch=e.batch_episodes)
+    methods = []
+    for name, (ref, adapter) in systems.items():
+        models = None
+        for mode in e.modes:
+            method = f"{name}/{mode}"
+            methods.append(method)
+            shards = out / "shards" / method
+            todo = [Episode(t, i, e.max_turns, mode=mode) for t in tasks for i in range(e.n_samples)
+                    if not (shards / shard_name(t.task_id, i)).exists()]
+            if not todo:
+                continue
+            models = models or load_chat_models(cfg, ref, adapter=adapter, batch=e.batch_episodes)
 
-        def save(done: list[Episode], shards=shards, method=method) -> None:
-            for ep in done:
-                write_rows([episode_row(ep, method=method)], shards / shard_name(ep.task.task_id, ep.sample_idx))
+            def save(done: list[Episode], shards=shards, name=name, mode=mode) -> None:
+                for ep in done:
+                    write_rows([episode_row(ep, method=name, mode=mode)],
+                               shards / shard_name(ep.task.task_id, ep.sample_idx))
 
-        rollout(todo, policy, simulator, max_new_tokens=e.max_new_tokens, sim_max_new_tokens=e.sim_max_new_tokens,
-                temperature=e.temperature, seed=e.seed, on_done=save, desc=f"evaluate {method}")
-        del policy, simulator
-    rows = [r for m in systems for r in sorted(read_shards(out / "shards" / m), key=lambda r: r["traj_id"])]
+            rollout(todo, *models, max_new_tokens=e.max_new_tokens, sim_max_new_tokens=e.sim_max_new_tokens,
+                    temperature=e.temperature, seed=e.seed, on_done=save, desc=f"evaluate {method}")
+        del models
+    return [r for m in methods for r in sorted(read_shards(out / "shards" / m), key=lambda r: r["traj_id"])]
+
+
+def report(cfg, out: Path, rows: list[dict], run_id: str | None) -> dict:
+    """Table, dialogues and chart on disk and in MLflow; returns the flat metrics."""
     write_rows(rows, out / "eval_results.parquet")
-    summaries = {m: summarize([r for r in rows if r["method"] == m]) for m in systems}
+    keys = dict.fromkeys(f"{r['method']}/{r['mode']}" for r in rows)
+    summaries = {k: summarize([r for r in rows if f"{r['method']}/{r['mode']}" == k]) for k in keys}
     table = results_table(summaries)
     (out / "results.md").write_text(table)
     (out / "dialogues.md").write_text(dialogue_sample(rows))
-    run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
-    tracking.log_text(cfg, run_id, table, "results.md")
-    tracking.log_dict(cfg, run_id, summaries, "results.json")
-    tracking.log_file(cfg, run_id, out / "dialogues.md")
-    tracking.log_figure(cfg, run_id, _plot(summaries), "tests_passed.png")
+    if run_id:
+        tracking.log_text(cfg, run_id, table, "results.md")
+        tracking.log_dict(cfg, run_id, summaries, "results.json")
+        tracking.log_file(cfg, run_id, out / "dialogues.md")
+        tracking.log_figure(cfg, run_id, _plot(summaries), "tests_passed.png")
     return {f"{m}/{k}": v for m, s in summaries.items() for k, v in s.items()}
+
+
+def evaluate(cfg, out: Path, tasks_dir: str, actor_dir: str) -> dict:
+    tasks = [Task(**r) for r in read_rows(Path(tasks_dir) / "tasks.parquet") if r["split"] == "test"]
+    systems = {"zero_shot": (cfg.models.policy, None), "sweet": (cfg.models.policy, str(Path(actor_dir) / "actor"))}
+    systems |= {agent_name(a): (a, None) for a in cfg.evaluate.agents}
+    rows = run_systems(cfg, out, tasks, systems)
+    return report(cfg, out, rows, (out / tracking.RUN_ID_FILE).read_text().strip())
+
+
+def agent_name(ref: str) -> str:
+    """A short, path-safe system name for a model ref ('api:gpt-4o' -> 'gpt-4o')."""
+    ref = ref.removeprefix("api:").split("@", 1)[0].rstrip("/")
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", ref.rsplit("/", 1)[-1])
+
+
+def evaluate_models(cfg, agents: list[str], *, actors: list[str] = (), split: str = "test", n_tasks: int = 0,
+                    out: Path | None = None) -> tuple[Path, dict]:
+    """Evaluate models zero-shot on ColBench backend tasks, outside the training pipeline (`sweet evaluate`).
+
+    Tasks come from `cfg.tasks.source` (e.g. the official test set, first 1,000 rows), the simulator from
+    `cfg.models.simulator`, the protocol from `cfg.evaluate`. The output folder is keyed by everything that
+    changes the episodes, so a rerun resumes and a changed setting starts afresh.
+    """
+    import hashlib
+    import json
+
+    from sweet.colbench.tasks import load_tasks
+
+    tasks = [t for t in load_tasks(cfg.tasks.source, first_n_test=cfg.tasks.first_n_test) if t.split == split]
+    if not tasks:
+        raise ValueError(f"task source {cfg.tasks.source!r} has no {split!r} tasks")
+    tasks = tasks[:n_tasks] if n_tasks else tasks
+    systems: dict[str, tuple[str, str | None]] = {}
+    for ref, adapter in [(a, None) for a in agents] + [(cfg.models.policy, str(Path(f).resolve())) for f in actors]:
+        if adapter and not Path(adapter).is_dir():
+            raise FileNotFoundError(f"actor folder {adapter} does not exist")
+        name = f"actor-{agent_name(Path(adapter).parent.name)}" if adapter else agent_name(ref)
+        while name in systems:
+            name += "_"
+        systems[name] = (ref, adapter)
+    key = json.dumps({"systems": systems, "tasks": [t.task_id for t in tasks], "source": cfg.tasks.source,
+                      "simulator": cfg.models.simulator, "evaluate": cfg.evaluate.model_dump()}, sort_keys=True)
+    out = out or cfg.root / "evals" / hashlib.sha256(key.encode()).hexdigest()[:12]
+    out.mkdir(parents=True, exist_ok=True)
+    run_file = out / tracking.RUN_ID_FILE
+    if run_file.exists():
+        run_id = run_file.read_text().strip()
+    else:
+        run_id = tracking.start_parent_run(cfg, None, "evaluate-models")
+        run_file.write_text(run_id)
+        tracking.log_params(cfg, run_id, {"eval.systems": ",".join(systems), "eval.split": split,
+                                          "eval.n_tasks": len(tasks)})
+    rows = run_systems(cfg, out, tasks, systems)
+    metrics = report(cfg, out, rows, run_id)
+    tracking.log_metrics(cfg, run_id, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+    tracking.end_run(cfg, run_id)
+    return out, metrics

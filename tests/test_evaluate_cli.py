@@ -1,0 +1,43 @@
+"""`sweet evaluate` and the `evaluate-models` Prefect flow with API systems on the stub server (standing in for
+OpenAI or vLLM); the sandbox, MLflow and Prefect are real."""
+
+import json
+
+from sweet.cli import main
+from sweet.config import load_config
+
+ANSWER = "I WANT TO ANSWER:\ndef add(a, b):\n    return a + b + 1"
+
+
+def _tasks(tmp_path):
+    f = tmp_path / "tasks.jsonl"
+    row = {"split": "test", "problem_description": "Add.\nThe signature of the function is: def add(a, b)",
+           "ground_truth": "def add(a, b):\n    return a + b + 1", "test_cases": [f"add({i}, 1)" for i in range(10)]}
+    f.write_text("".join(json.dumps({**row, "task_id": f"t{i}"}) + "\n" for i in range(2)))
+    return f
+
+
+def test_cli_evaluate_prints_one_table(tmp_path, openai_server, capsys):
+    openai_server.responder = lambda req: ANSWER
+    sets = [f"artifacts_dir={tmp_path}", f"mlflow_uri=sqlite:///{tmp_path}/m.db", f"tasks.source={_tasks(tmp_path)}",
+            f"api.base_url={openai_server.base_url}", "models.simulator=api:sim"]
+    argv = ["evaluate", "--profile", "micro", "--agent", "api:right", "--agent", "api:right", "--mode", "single_turn"]
+    assert main(argv + [x for s in sets for x in ("--set", s)]) == 0
+    out = capsys.readouterr().out
+    assert "| right | single_turn | 100.0 ± 0.0 |" in out and "| right_ | single_turn |" in out
+    assert main(["evaluate", "--set", f"artifacts_dir={tmp_path}"]) == 2
+    assert "at least one --agent" in capsys.readouterr().err
+    assert main(["evaluate", "--agent", "x", "--actor", str(tmp_path / "nope")] +
+                [x for s in sets for x in ("--set", s)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_evaluate_models_flow(tmp_path, openai_server):
+    from flows.evaluate_models import evaluate_models_flow
+
+    openai_server.responder = lambda req: ANSWER
+    cfg = load_config("micro", [f"artifacts_dir={tmp_path}", f"mlflow_uri=sqlite:///{tmp_path}/m.db",
+                                f"tasks.source={_tasks(tmp_path)}", f"api.base_url={openai_server.base_url}",
+                                "models.simulator=api:sim"])
+    table = evaluate_models_flow(cfg=cfg, agents=["api:right"], n_tasks=1)
+    assert "| right | multi_turn | 100.0" in table and "| 1 | 0 |" in table
