@@ -13,10 +13,11 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export TOKENIZERS_PARALLELISM := false
 export PREFECT_LOCAL_STORAGE_PATH := $(CURDIR)/artifacts/.prefect-results
 
-.PHONY: run test test-fast serve stop deploy clean help
+.PHONY: run compare test test-fast serve stop deploy clean help
 
 help:
 	@echo "make run   [PROFILE=tiny|micro] [SET='collect.k=8 ...']  run the sweet-rl flow end to end"
+	@echo "make compare [PROFILE=tiny]        every method (SWEET-RL, baselines, ablations) on the same data, one table"
 	@echo "make test                                                install and run the test suite"
 	@echo "make serve / make stop                                   Prefect server + worker + deployments + MLflow UI on 127.0.0.1"
 
@@ -29,6 +30,9 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(VENV)/bin/sweet run --profile $(PROFILE) $(foreach s,$(SET),--set $(s))
+
+compare: $(STAMP)
+	$(VENV)/bin/sweet compare --profile $(PROFILE) $(foreach s,$(SET),--set $(s))
 
 test: $(STAMP)
 	$(PY) -m pytest -q -ra

@@ -16,7 +16,7 @@ from prefect import flow
 from flows._run import experiment_run
 from sweet.config import PipelineConfig
 from sweet.pipeline import is_done
-from sweet.stages import INPUTS, plan
+from sweet.stages import graph, plan
 from tasks import actor, candidates, collect, critic, evaluate, generate, pairs
 
 TASKS = {
@@ -31,9 +31,12 @@ TASKS = {
 
 
 def rerun(stage: str, cfg: PipelineConfig, force: bool = False) -> str:
+    wiring = graph(cfg.method)
+    if stage not in wiring:
+        raise RuntimeError(f"method {cfg.method!r} has no {stage} stage (it runs: {', '.join(wiring)})")
     dirs = plan(cfg)
-    inputs = [dirs[name] for name in INPUTS[stage]]
-    missing = [f"{name} ({dirs[name]})" for name in INPUTS[stage] if not is_done(Path(dirs[name]))]
+    inputs = [dirs[name] for name in wiring[stage]]
+    missing = [f"{name} ({dirs[name]})" for name in wiring[stage] if not is_done(Path(dirs[name]))]
     if missing:
         raise RuntimeError(f"cannot rerun {stage}: upstream outputs missing for this config: {', '.join(missing)}. "
                            "Run the full flow (sweet run) or those stages first.")

@@ -3,6 +3,8 @@
   sweet run                                   # the sweet-rl flow on the tiny profile
   sweet run --profile micro --set collect.k=4 # another profile, one field changed
   sweet run --stage train_critic --force      # rerun one stage against the stored upstream outputs
+  sweet run --set method=rft                  # a baseline or ablation (see `sweet config` for the list)
+  sweet compare --profile tiny                # every method on the same data, then one comparison table
   sweet config --profile tiny                 # the resolved config as JSON
   sweet status                                # which stages of this config are done, and where
   sweet eval-backend --tasks T.jsonl --answers A.jsonl   # score answers in the sandbox, one JSON line each
@@ -20,7 +22,7 @@ import logging
 import sys
 from pathlib import Path
 
-from sweet.config import PROFILES, load_config
+from sweet.config import METHODS, PROFILES, load_config, with_method
 
 STAGE_NAMES = ["generate_tasks", "collect_trajectories", "build_preference_pairs", "train_critic",
                "sample_and_rank_candidates", "train_dpo_actor", "evaluate"]
@@ -49,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--answers", required=True, help='jsonl rows {"task_id": ..., "answer": "<python code>"}')
     ev.add_argument("--workers", type=int, default=None, help="answers scored in parallel (default: all CPUs)")
     ev.add_argument("--timeout", type=float, default=2.0, help="seconds per test call (default 2)")
+    cmp = sub.add_parser("compare", help="run the flow once per method (shared stages are cache hits) and print "
+                         "one table comparing them")
+    _config_args(cmp)
+    cmp.add_argument("--methods", default=",".join(METHODS),
+                     help=f"comma-separated (default: all: {','.join(METHODS)})")
     me = sub.add_parser("evaluate", help="evaluate models zero-shot on backend ColBench (no training); one table")
     _config_args(me)
     me.add_argument("--agent", action="append", default=[], metavar="MODEL",
@@ -80,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "evaluate":
         return _evaluate(cfg, args)
+    if args.command == "compare":
+        return _compare(cfg, args.methods)
     if args.command == "config":
         print(json.dumps(cfg.model_dump(), indent=2))
         return 0
@@ -97,6 +106,29 @@ def main(argv: list[str] | None = None) -> int:
         from flows.full import full
         print(full(cfg=cfg))
     return 0
+
+
+def _compare(cfg, methods: str) -> int:
+    from flows.full import full
+
+    chosen = [m.strip() for m in methods.split(",") if m.strip()]
+    unknown = sorted(set(chosen) - set(METHODS))
+    if unknown:
+        print(f"sweet compare: unknown methods {unknown}; choose from {', '.join(METHODS)}", file=sys.stderr)
+        return 2
+    failed = {}
+    for m in chosen:
+        print(f"=== method {m} ===", flush=True)
+        state = full(cfg=with_method(cfg, m), return_state=True)
+        if not state.is_completed():
+            failed[m] = str(state.message or state.name)
+            print(f"method {m} failed: {failed[m]}", file=sys.stderr)
+    table = cfg.root / "results.md"
+    if table.exists():
+        print(f"\nAll methods evaluated on these tasks ({table}):\n\n{table.read_text()}")
+    for m, why in failed.items():
+        print(f"FAILED {m}: {why}")
+    return 1 if failed else 0
 
 
 def _evaluate(cfg, args) -> int:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 QWEN_CODER_05B = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
 SMOLLM2_135M = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -72,7 +72,11 @@ class CollectConfig(_Cfg):
 
 
 class PairsConfig(_Cfg):
-    min_margin: float = Field(1e-6, ge=0.0, description="Chosen reward must exceed rejected reward by more than this.")
+    rule: Literal["official", "margin"] = Field(
+        "official", description="'official' (backend, released code): tasks with a fully successful trajectory; "
+        "chosen = the best, rejected = each strictly worse one. 'margin': every pair whose rewards differ by at "
+        "least min_margin (frontend uses 0.1).")
+    min_margin: float = Field(1e-6, ge=0.0, description="'margin' rule: smallest reward difference of a pair.")
     max_pairs_per_task: int = Field(2, ge=1, description="Cap per task; widest reward margins first.")
 
 
@@ -94,12 +98,15 @@ class CriticConfig(_Cfg):
                               "False = sum (ablation 'without length normalisation').")
     use_training_info: bool = Field(True, description="Give the critic the reference solution c "
                                     "(False = ablation 'critic without c').")
+    head: Literal["lm", "value"] = Field("lm", description="'lm': advantages read off the LM head (SWEET-RL); "
+                                         "'value': a scalar head on mean-pooled states regressed on rewards (ablation).")
+    lora: bool = Field(True, description="LoRA (reference = adapter off) or full fine-tuning (a frozen copy as reference).")
     seed: int = 0
 
 
 class CandidatesConfig(_Cfg):
-    n: int = Field(4, ge=2, description="Candidate actions sampled per turn (paper: 16).")
-    temperature: float = Field(0.7, ge=0.0)
+    n: int = Field(16, ge=2, description="Candidate actions sampled per turn (paper: 16).")
+    temperature: float = Field(1.0, ge=0.0, description="Candidate sampling temperature (paper: 1.0).")
     max_new_tokens: int = Field(256, ge=8)
     turn_fraction: float = Field(1.0, gt=0.0, le=1.0, description="Share of offline turns used (official code: 0.1).")
     max_turns: int = Field(8, ge=1, description="Upper bound on turns sampled (keeps small profiles small).")
@@ -109,6 +116,8 @@ class CandidatesConfig(_Cfg):
 
 
 class ActorConfig(_Cfg):
+    rft_min_reward: float = Field(1.0, ge=0.0, le=1.0, description="method 'rft': fine-tune on trajectories with at "
+                                  "least this reward (1.0 = successful, all tests pass).")
     beta: float = Field(0.1, gt=0.0, description="DPO beta (paper: 0.1).")
     nll_coef: float = Field(0.01, ge=0.0, description="NLL on the chosen action (paper: 0.01).")
     lr: float = Field(1e-4, gt=0.0, description="Learning rate (LoRA; the paper's full FT uses 2e-7).")
@@ -133,10 +142,23 @@ class EvaluateConfig(_Cfg):
     temperature: float = Field(0.0, ge=0.0, description="0 = greedy decoding for evaluation.")
     batch_episodes: int = Field(32, ge=1)
     n_samples: int = Field(1, ge=1, description="Episodes per test task.")
+    best_of_n: int = Field(4, ge=2, description="method 'best_of_n': actions sampled per turn, the critic keeps the best.")
+    best_of_n_temperature: float = Field(1.0, gt=0.0, description="method 'best_of_n': sampling temperature.")
     seed: int = 0
 
 
+METHODS = ("zero_shot", "rft", "mt_dpo", "sweet", "no_training_info", "no_length_norm", "value_head", "best_of_n")
+Method = Literal["zero_shot", "rft", "mt_dpo", "sweet", "no_training_info", "no_length_norm", "value_head", "best_of_n"]
+# What each ablation changes in the critic; every other method uses the critic as configured.
+ABLATIONS = {"no_training_info": {"use_training_info": False}, "no_length_norm": {"length_norm": False},
+             "value_head": {"head": "value"}}
+
+
 class PipelineConfig(_Cfg):
+    method: Method = Field("sweet", description="What to train and evaluate: 'sweet' (SWEET-RL), baselines 'zero_shot' "
+                           "(initial policy), 'rft' (rejection fine-tuning), 'mt_dpo' (multi-turn DPO), ablations "
+                           "'no_training_info', 'no_length_norm', 'value_head', or 'best_of_n' (initial policy, "
+                           "critic picks the best of N actions per turn).")
     experiment: str = Field("tiny", description="Name of the experiment: artifacts/<experiment>/ and the MLflow experiment.")
     profile: str = Field("tiny", description="Profile the config was built from (informational).")
     artifacts_dir: str = Field("artifacts", description="Root folder of all run outputs.")
@@ -151,6 +173,21 @@ class PipelineConfig(_Cfg):
     actor: ActorConfig = ActorConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
 
+    @model_validator(mode="after")
+    def _apply_method(self):
+        """An ablation method sets its critic switch; setting a switch by hand under another method is refused
+        (the results table labels rows by method, so the label must say what was run)."""
+        default = CriticConfig()
+        for method, switch in ABLATIONS.items():
+            for key, value in switch.items():
+                if self.method == method:
+                    if getattr(self.critic, key) != value:
+                        object.__setattr__(self, "critic", self.critic.model_copy(update={key: value}))
+                elif getattr(self.critic, key) != getattr(default, key):
+                    raise ValueError(f"critic.{key}={getattr(self.critic, key)!r} is the '{method}' ablation: "
+                                     f"set method={method} instead")
+        return self
+
     @property
     def root(self) -> Path:
         return Path(self.artifacts_dir) / self.experiment
@@ -161,17 +198,20 @@ class PipelineConfig(_Cfg):
 
 
 PROFILES: dict[str, dict[str, Any]] = {
-    # The default: Qwen2.5-Coder-0.5B follows the answer protocol; sized for <=30 min on 2 CPU cores.
-    "tiny": {},
+    # The default: Qwen2.5-Coder-0.5B follows the answer protocol; sized for <=30 min on 2 CPU cores. A 0.5B policy
+    # rarely passes every test, so pairs use the margin rule and RFT keeps trajectories passing at least one test.
+    "tiny": {"pairs": {"rule": "margin"}, "candidates": {"n": 4, "temperature": 0.7},
+             "actor": {"rft_min_reward": 0.1}},
     # End-to-end tests: SmolLM2-135M, 3 tasks, 2 turns, a few tokens.
     "micro": {
         "experiment": "micro",
         "models": {"policy": SMOLLM2_135M, "simulator": SMOLLM2_135M, "critic_base": SMOLLM2_135M},
         "tasks": {"source": "bundled:easy", "n_train": 3, "n_test": 2},
+        "pairs": {"rule": "margin"},
         "collect": {"k": 4, "max_turns": 2, "max_new_tokens": 48, "sim_max_new_tokens": 16},
         "critic": {"epochs": 1, "max_length": 384, "save_steps": 2},
-        "candidates": {"n": 4, "max_new_tokens": 16, "max_turns": 4},
-        "actor": {"max_length": 384, "save_steps": 2},
+        "candidates": {"n": 4, "temperature": 0.7, "max_new_tokens": 16, "max_turns": 4},
+        "actor": {"max_length": 384, "save_steps": 2, "rft_min_reward": 0.1},
         "evaluate": {"max_turns": 1, "max_new_tokens": 48, "sim_max_new_tokens": 16},
     },
     # The paper's backend setting, for GPU machines: Llama-3.1-8B trained from the released offline trajectories,
@@ -192,6 +232,16 @@ PROFILES: dict[str, dict[str, Any]] = {
                      "modes": ["multi_turn", "single_turn"]},
     },
 }
+
+
+def with_method(cfg: PipelineConfig, method: str) -> PipelineConfig:
+    """The same experiment run with another method (ablation switches reset, then set by the new method)."""
+    data = cfg.model_dump()
+    default = CriticConfig()
+    for switch in ABLATIONS.values():
+        for key in switch:
+            data["critic"][key] = getattr(default, key)
+    return PipelineConfig.model_validate({**data, "method": method})
 
 
 def _merge(base: dict, over: dict) -> dict:

@@ -67,16 +67,16 @@ class Catalog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def register(self, table: str, parquet: Path | str) -> None:
-        parquet = Path(parquet).resolve()
-        if not parquet.exists():
-            return
+    def register(self, table: str, parquet: Path | str | list[Path | str]) -> None:
+        """A view over one Parquet file, or over several (columns matched by name, e.g. runs of several methods)."""
+        files = [Path(p).resolve() for p in (parquet if isinstance(parquet, list) else [parquet])]
+        files = [f for f in files if f.exists() and pq.read_schema(f).names]  # an empty output has no schema
         with duckdb.connect(str(self.path)) as con:
-            if not pq.read_schema(parquet).names:  # an empty output with no schema: there is nothing to query
+            if not files:
                 con.execute(f'DROP VIEW IF EXISTS "{table}"')
                 return
-            src = str(parquet).replace("'", "''")
-            con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet(\'{src}\')')
+            src = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+            con.execute(f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet([{src}], union_by_name=true)')
 
     def register_stage(self, stage_dir: Path | str) -> list[str]:
         """Register every known table file found in a stage's output folder."""

@@ -1,4 +1,5 @@
-"""Prefect task: train DPO actor (see `sweet.stages.actor`)."""
+"""Prefect task: train the actor (see `sweet.stages.actor`): SWEET-RL's turn-level DPO on ranked candidates, or
+a baseline's (RFT on collected trajectories, multi-turn DPO on preference pairs) — `data` is that stage's folder."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from tasks._stage import cache_key, call
 
 
 @task(name="train DPO actor", cache_key_fn=cache_key(ACTOR), persist_result=True)
-def _train_dpo_actor(cfg: PipelineConfig, ranked: str, parent_run_id: str | None = None) -> str:
-    return run_stage(ACTOR, cfg, ranked, parent_run_id=parent_run_id)
+def _train_dpo_actor(cfg: PipelineConfig, data: str, parent_run_id: str | None = None) -> str:
+    return run_stage(ACTOR, cfg, data, parent_run_id=parent_run_id)
 
 
-def train_dpo_actor(cfg: PipelineConfig, ranked: str, parent_run_id: str | None = None) -> str:
+def train_dpo_actor(cfg: PipelineConfig, data: str, parent_run_id: str | None = None) -> str:
     """Returns the stage's output folder: artifacts/<experiment>/<stage>/<fingerprint>/."""
-    return call(_train_dpo_actor, ACTOR, cfg, ranked, parent_run_id=parent_run_id)
+    return call(_train_dpo_actor, ACTOR, cfg, data, parent_run_id=parent_run_id)

@@ -4,7 +4,6 @@
 records every batched call so the tests can check that one call serves all live episodes of a turn.
 """
 
-from pathlib import Path
 
 import pytest
 
@@ -72,7 +71,7 @@ def test_turn_limit_takes_last_response_as_answer():
 def test_pairs_prefer_higher_reward_within_a_task():
     trajs = [{"traj_id": f"{t}__{i}", "task_id": t, "sample_idx": i, "reward": r, "messages": "[]",
               "training_info": "c"} for t, rs in (("a", [0.2, 1.0, 0.2]), ("b", [0.5, 0.5])) for i, r in enumerate(rs)]
-    pairs = make_pairs(trajs, 1e-6, 8)
+    pairs = make_pairs(trajs, 1e-6, 8)  # the margin rule
     assert [(p["chosen_traj_id"], p["rejected_traj_id"]) for p in pairs] == [("a__1", "a__0"), ("a__1", "a__2")]
     assert make_pairs(trajs, 1e-6, 1)[0]["chosen_reward"] == 1.0
 
@@ -112,3 +111,16 @@ def test_every_bundled_reference_passes_its_own_tests_in_the_sandbox():
     failed = [(t.task_id, r.error or r.errors) for t, r in zip(tasks, reports) if not r.success]
     assert not failed
     assert all(r.total == 10 for r in reports)
+
+
+def test_official_pair_rule_needs_a_success_and_pairs_the_best_with_every_worse():
+    trajs = [{"traj_id": f"{t}__{i}", "task_id": t, "sample_idx": i, "reward": r, "messages": "[]",
+              "training_info": "c"}
+             for t, rs in (("a", [0.3, 1.0, 0.0, 1.0]), ("b", [0.9, 0.5]), ("c", [1.0, 1.0])) for i, r in enumerate(rs)]
+    pairs = make_pairs(trajs, 0.0, 8, rule="official")
+    assert [(p["chosen_traj_id"], p["rejected_traj_id"]) for p in pairs] == [("a__1", "a__2"), ("a__1", "a__0")]
+    margin = make_pairs(trajs, 0.4, 8, rule="margin")
+    assert {(p["chosen_traj_id"], p["rejected_traj_id"]) for p in margin} == {
+        ("a__1", "a__0"), ("a__1", "a__2"), ("a__3", "a__0"), ("a__3", "a__2"), ("b__0", "b__1")}
+    with pytest.raises(ValueError, match="rule"):
+        make_pairs(trajs, 0.0, 8, rule="best")

@@ -7,7 +7,7 @@ from sweet.config import PipelineConfig, load_config, parse_override
 
 def test_profiles_and_overrides():
     tiny = load_config("tiny")
-    assert tiny == PipelineConfig(profile="tiny")
+    assert tiny.models == PipelineConfig().models and tiny.pairs.rule == "margin" and tiny.method == "sweet"
     micro = load_config("micro", ["collect.k=5", "critic.variant=official", "models.device=cpu"])
     assert micro.collect.k == 5 and micro.critic.variant == "official" and micro.models.device == "cpu"
     assert "SmolLM2" in micro.models.policy and micro.experiment == "micro"
@@ -55,3 +55,16 @@ def test_api_key_is_named_never_stored():
     assert "MY_KEY" in cfg.model_dump_json() and cfg.api.key_env == "MY_KEY"
     with pytest.raises(ValueError, match="unknown field 'api.key'"):
         load_config("tiny", ["api.key=sk-123"])  # there is no field for the key itself
+
+
+def test_methods_set_their_ablation_and_refuse_a_mislabelled_switch():
+    from sweet.config import with_method
+
+    assert load_config("tiny", ["method=no_length_norm"]).critic.length_norm is False
+    assert load_config("tiny", ["method=value_head"]).critic.head == "value"
+    with pytest.raises(ValueError, match="set method=no_training_info"):
+        load_config("tiny", ["critic.use_training_info=false"])
+    with pytest.raises(ValueError, match="method"):
+        load_config("tiny", ["method=ppo"])
+    back = with_method(load_config("tiny", ["method=no_length_norm"]), "sweet")
+    assert back.critic.length_norm is True and back.method == "sweet"

@@ -55,7 +55,9 @@ def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path, openai_server):
     for name in ("train_critic", "train_dpo_actor"):
         history = client.get_metric_history(stages[name].info.run_id, "loss")
         assert len(history) >= 1, f"{name} logged no per-step loss"
-    assert {"zero_shot/multi_turn/tests_passed", "stub/multi_turn/failed"} <= set(stages["evaluate"].data.metrics)
+    assert {"zero_shot/multi_turn/tests_passed", "sweet/multi_turn/tests_passed", "stub/multi_turn/failed"} <= \
+        set(client.get_run(parent[0].info.run_id).data.metrics)
+    assert len([r for r in runs if r.data.tags.get("sweet.stage") == "evaluate"]) == 2  # before (zero_shot), after
     assert stages["collect_trajectories"].data.params["collect.k"] == str(cfg.collect.k)
     artifacts = {a.path for a in client.list_artifacts(stages["evaluate"].info.run_id)}
     assert {"results.md", "dialogues.md", "tests_passed.png"} <= artifacts

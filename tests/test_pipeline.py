@@ -28,10 +28,34 @@ def test_fields_outside_the_slice_do_not_matter():
 
 
 def test_inputs_graph_matches_stage_order():
+    from sweet.config import METHODS
+    from sweet.stages import graph
+
     seen = set()
     for s in STAGES:
         assert set(INPUTS[s.name]) <= seen
         seen.add(s.name)
+    for m in METHODS:
+        order = list(graph(m))
+        assert order[0] == "generate_tasks" and order[-1] == "evaluate"
+        assert order == [s.name for s in STAGES if s.name in order]
+        assert all(set(ins) <= set(order[:i]) for i, ins in enumerate(graph(m).values()))
+
+
+def test_methods_share_the_stages_they_have_in_common():
+    from sweet.config import with_method
+
+    cfg = load_config("micro")
+    sweet, rft = plan(cfg), plan(with_method(cfg, "rft"))
+    ablation, bon = plan(with_method(cfg, "no_length_norm")), plan(with_method(cfg, "best_of_n"))
+    assert set(rft) == {"generate_tasks", "collect_trajectories", "train_dpo_actor", "evaluate"}
+    assert rft["collect_trajectories"] == sweet["collect_trajectories"]
+    assert rft["train_dpo_actor"] != sweet["train_dpo_actor"]
+    assert ablation["build_preference_pairs"] == sweet["build_preference_pairs"]
+    assert ablation["train_critic"] != sweet["train_critic"]  # the critic switch is in its slice
+    assert bon["train_critic"] == sweet["train_critic"] and "sample_and_rank_candidates" not in bon
+    assert plan(with_method(cfg, "zero_shot"))["evaluate"] == plan(with_method(with_method(cfg, "rft"), "zero_shot"))["evaluate"]
+    assert with_method(cfg, "no_training_info").critic.use_training_info is False
 
 
 def _double(cfg, out, src):

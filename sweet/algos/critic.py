@@ -1,13 +1,20 @@
-"""SWEET-RL critic: a LoRA on the base LM whose own head gives per-turn advantages (paper Eq. 2-3).
+"""SWEET-RL critic: the base LM, fine-tuned, whose own head gives per-turn advantages (paper Eq. 2-3).
 
-The reference policy pi_ref is the same weights with the adapter disabled, so there is never a second model copy.
+LoRA (default): the reference policy pi_ref is the same weights with the adapter disabled, so there is never a
+second model copy. Full fine-tuning (`cfg.lora=False`): pi_ref is a frozen copy of the initial model, reached through
+the same `disable_adapter()` call (`FullFTCritic`). The value-head ablation lives in `value_head.py`; `load_any_critic`
+/ `score_any` serve both kinds to callers that should not care which one they hold.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +71,31 @@ def nll_loss(token_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------ log-probs on a LM
+class FullFTCritic:
+    """A fully fine-tuned critic plus its frozen initial model. `disable_adapter()` swaps the reference in, like
+    PEFT's adapter switch, so `token_logps` / `score_candidates` run the same code for both kinds of critic."""
+
+    def __init__(self, model, reference):
+        self.model, self.reference, self._active = model, reference.eval().requires_grad_(False), model
+
+    @contextmanager
+    def disable_adapter(self):
+        self._active = self.reference
+        try:
+            yield
+        finally:
+            self._active = self.model
+
+    def __getattr__(self, name: str):  # config, device, get_decoder(), get_output_embeddings(): the active model's
+        if name in ("model", "reference", "_active"):
+            raise AttributeError(name)  # not set yet (e.g. during copy): never recurse
+        return getattr(self._active, name)
+
+
+def _decoder(model):
+    return (model.get_base_model() if isinstance(model, PeftModel) else model).get_decoder()
+
+
 def _lm_parts(model):
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     cfg = base.config.get_text_config()
@@ -131,13 +163,17 @@ class CriticTrainer(Trainer):
 
     loss_is_scaled_for_ga = False  # our loss is a per-batch mean: let Trainer divide by grad_accum itself
 
-    def __init__(self, *args, critic_cfg: CriticConfig, **kwargs):
+    def __init__(self, *args, critic_cfg: CriticConfig, ref_model=None, **kwargs):
+        """`ref_model`: frozen initial model for full fine-tuning; None = LoRA (reference = adapter disabled)."""
         super().__init__(*args, **kwargs)
         self.critic_cfg = critic_cfg
+        self.ref_model = None if ref_model is None else ref_model.to(self.args.device).eval().requires_grad_(False)
         self._metrics: dict[str, list[float]] = {}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         cfg, m = self.critic_cfg, self.accelerator.unwrap_model(model)
+        if self.ref_model is not None:
+            m = FullFTCritic(m, self.ref_model)
         ids, attn, turn_ids = inputs["input_ids"], inputs["attention_mask"], inputs["turn_ids"]
         target = turn_ids >= 0
         logp = token_logps(m, ids, attn, target)
@@ -192,10 +228,15 @@ def training_kwargs(cfg, ckpt_dir: Path) -> dict:
 
 
 def train_critic(pairs: list[dict], base_model: str, out_dir: Path, cfg: CriticConfig, callbacks=()) -> Path:
-    """Stage 'train critic': LoRA critic trained with the BT loss of `cfg.variant`; returns `out_dir/critic`."""
+    """Stage 'train critic': LM-head critic trained with the BT loss of `cfg.variant`, as a LoRA (`cfg.lora`, default)
+    or fully fine-tuned against a frozen copy of the initial model; returns `out_dir/critic`."""
+    if getattr(cfg, "head", "lm") != "lm":
+        raise ValueError(f"train_critic trains the LM-head critic; head={cfg.head!r} is trained by "
+                         "sweet.algos.value_head.train_value_critic (on trajectories with rewards, not pairs)")
+    use_lora = getattr(cfg, "lora", True)
     out_dir, final = Path(out_dir), Path(out_dir) / "critic"
-    if (final / "adapter_config.json").exists():
-        return final  # content-addressed output already complete
+    if (final / "critic_config.json").exists():
+        return final  # content-addressed output already complete (critic_config.json is written last)
     if Path(base_model).is_dir():  # absolute, so the adapter config names a base that loads from any cwd
         base_model = str(Path(base_model).resolve())
     tokenizer = AutoTokenizer.from_pretrained(base_model)
@@ -213,31 +254,55 @@ def train_critic(pairs: list[dict], base_model: str, out_dir: Path, cfg: CriticC
     device = "cuda" if torch.cuda.is_available() else "cpu"
     transformers.set_seed(cfg.seed)  # LoRA A init happens before Trainer seeds anything
     model = AutoModelForCausalLM.from_pretrained(base_model, dtype=model_dtype(device))
-    model = get_peft_model(model, lora_config(cfg.lora_r, cfg.lora_alpha))
+    ref_model = None
+    if use_lora:
+        model = get_peft_model(model, lora_config(cfg.lora_r, cfg.lora_alpha))
+    else:  # full fine-tuning: pi_ref is a frozen copy of the initial weights (never in the optimizer or checkpoints)
+        ref_model = copy.deepcopy(model)
     ckpt_dir = out_dir / "checkpoints"
     args = TrainingArguments(**training_kwargs(cfg, ckpt_dir))
-    trainer = CriticTrainer(model=model, args=args, train_dataset=rows, critic_cfg=cfg,
+    trainer = CriticTrainer(model=model, args=args, train_dataset=rows, critic_cfg=cfg, ref_model=ref_model,
                             data_collator=lambda b: collate_pairs(b, pad_id), callbacks=list(callbacks))
     last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
     trainer.train(resume_from_checkpoint=last)
     trainer.model.save_pretrained(final)
     tokenizer.save_pretrained(final)
-    (final / "critic_config.json").write_text(json.dumps(cfg.model_dump(), indent=1))
+    write_critic_config(final, cfg, head="lm", lora=use_lora, base_model=base_model)
     return final
+
+
+def write_critic_config(final: Path, cfg, *, head: str, lora: bool, base_model: str) -> None:
+    """critic_config.json: the training config plus what loading needs (kind of head, LoRA or full, base model)."""
+    conf = dict(cfg.model_dump(), head=head, lora=lora, base_model=base_model)
+    (final / "critic_config.json").write_text(json.dumps(conf, indent=1))
 
 
 # ------------------------------------------------------------------------------------------------- scoring
 def load_critic(adapter_dir: str | Path, device: str = "auto", base_model: str | None = None):
-    """(PeftModel, tokenizer) from a `train_critic` output; the base defaults to the one named in the adapter config."""
-    device = resolve_device(device)
-    base_path = base_model or json.loads((Path(adapter_dir) / "adapter_config.json").read_text())["base_model_name_or_path"]
-    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=model_dtype(device))
-    model = PeftModel.from_pretrained(base, str(adapter_dir)).to(device).eval()
-    return model, AutoTokenizer.from_pretrained(adapter_dir)
+    """(model, tokenizer) from a `train_critic` output: a PeftModel for a LoRA critic, a `FullFTCritic` (trained model
+    + frozen reference) for a fully fine-tuned one. The base defaults to the one the critic was trained from."""
+    device, d = resolve_device(device), Path(adapter_dir)
+    if (d / "adapter_config.json").exists():
+        base_path = base_model or json.loads((d / "adapter_config.json").read_text())["base_model_name_or_path"]
+        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=model_dtype(device))
+        model = PeftModel.from_pretrained(base, str(d)).to(device).eval()
+    elif (d / "config.json").exists() and (d / "critic_config.json").exists():
+        base_path = base_model or json.loads((d / "critic_config.json").read_text())["base_model"]
+        trained = AutoModelForCausalLM.from_pretrained(d, dtype=model_dtype(device)).to(device).eval()
+        reference = AutoModelForCausalLM.from_pretrained(base_path, dtype=model_dtype(device)).to(device)
+        model = FullFTCritic(trained, reference)
+    else:
+        raise FileNotFoundError(f"{d} is not a train_critic output (no adapter_config.json, no full model + "
+                                "critic_config.json)")
+    return model, AutoTokenizer.from_pretrained(d)
 
 
-def _candidate_logps(model, tokenizer, history, candidates, shared_prefix, max_length) -> list[torch.Tensor]:
-    """Per candidate, the log-probs of its tokens (content + end of turn) after `history` under `model`."""
+def candidate_inputs(model, tokenizer, history, candidates, shared_prefix, max_length):
+    """One batch for N candidate actions after `history`: (input_ids, attention_mask, cache or None, offset, lengths);
+    candidate i's tokens (content + end of turn) are input_ids[i, offset:offset + lengths[i]].
+
+    shared_prefix: the history runs once into a KV cache repeated N times; else each row repeats the history.
+    """
     longest = max(candidates, key=lambda c: len(tokenizer(c, add_special_tokens=False)["input_ids"]))
     kept, _ = fit_dialogue(tokenizer, history + [{"role": "assistant", "content": longest}], max_length)
     history = kept[:-1]
@@ -256,21 +321,28 @@ def _candidate_logps(model, tokenizer, history, candidates, shared_prefix, max_l
         # Prefix minus its last token goes in the cache; that token leads each row, so row position 0 predicts
         # the candidate's first token.
         pre = torch.tensor([prefix[:-1]], device=device)
-        cache = _lm_parts(model)[0](input_ids=pre, use_cache=True).cache
+        cache = _decoder(model)(input_ids=pre, use_cache=True).cache
         cache.batch_repeat_interleave(n)
         ids = _pad([[prefix[-1]] + c for c in cands], pad).to(device)
         attn = torch.cat([torch.ones(n, len(prefix) - 1, dtype=torch.long),
                           _mask_from_lengths([1 + k for k in lens])], 1).to(device)
-        target = _mask_from_lengths([1 + k for k in lens]).to(device)
-        target[:, 0] = 0
-        lp = token_logps(model, ids, attn, target, cache=cache)
-        return [lp[i, 1:1 + k] for i, k in enumerate(lens)]
+        return ids, attn, cache, 1, lens
     ids = _pad([prefix + c for c in cands], pad).to(device)
     attn = _mask_from_lengths([len(prefix) + k for k in lens]).to(device)
-    target = attn.clone()
-    target[:, :len(prefix)] = 0
-    lp = token_logps(model, ids, attn, target)
-    return [lp[i, len(prefix):len(prefix) + k] for i, k in enumerate(lens)]
+    return ids, attn, None, len(prefix), lens
+
+
+def span_mask(width: int, offset: int, lengths: list[int]) -> torch.Tensor:
+    """[N, width] long mask of positions offset .. offset + lengths[i] - 1."""
+    pos = torch.arange(width)[None, :]
+    return ((pos >= offset) & (pos < offset + torch.tensor(lengths)[:, None])).long()
+
+
+def _candidate_logps(model, tokenizer, history, candidates, shared_prefix, max_length) -> list[torch.Tensor]:
+    """Per candidate, the log-probs of its tokens (content + end of turn) after `history` under `model`."""
+    ids, attn, cache, off, lens = candidate_inputs(model, tokenizer, history, candidates, shared_prefix, max_length)
+    lp = token_logps(model, ids, attn, span_mask(ids.shape[1], off, lens).to(ids.device), cache=cache)
+    return [lp[i, off:off + k] for i, k in enumerate(lens)]
 
 
 @torch.no_grad()
@@ -296,3 +368,50 @@ def score_candidates(model, tokenizer, history: list[dict], candidates: list[str
         d = (p - r).float()
         scores.append((d.mean() if length_norm else d.sum()).item())
     return scores
+
+
+# ---------------------------------------------------------------------------- any critic (LM head or value head)
+@dataclass
+class LoadedCritic:
+    """A loaded critic of either kind; pass it to `score_any`. kind: 'lm' (advantage from the LM head, LoRA or full
+    fine-tuning) or 'value' (regression head, `value_head.py`); config: its critic_config.json."""
+    kind: str
+    model: Any
+    tokenizer: Any
+    config: dict
+
+
+def load_any_critic(critic_dir: str | Path, device: str = "auto") -> LoadedCritic:
+    """Load a `train_critic` / `train_value_critic` output, whichever it is (critic_config.json's `head`)."""
+    conf_file = Path(critic_dir) / "critic_config.json"
+    if not conf_file.exists():
+        raise FileNotFoundError(f"{critic_dir} has no critic_config.json: not a finished critic output")
+    conf = json.loads(conf_file.read_text())
+    kind = conf.get("head", "lm")
+    if kind == "value":
+        from sweet.algos.value_head import load_value_critic  # value_head imports this module
+        model, tok = load_value_critic(critic_dir, device)
+    elif kind == "lm":
+        model, tok = load_critic(critic_dir, device)
+    else:
+        raise ValueError(f"{conf_file}: unknown critic head {kind!r} (expects 'lm' or 'value')")
+    return LoadedCritic(kind, model, tok, conf)
+
+
+def score_any(critic: LoadedCritic, history: list[dict], candidates: list[str], training_info: str,
+              **flags) -> list[float]:
+    """Scores of `candidates` after `history` from a critic of either kind (higher = better action).
+
+    Flags left out default to what the critic was trained with: use_training_info, length_norm, and
+    ref_with_training_info = (variant == 'paper'; the released code's reference does not see c). A value critic
+    ignores the LM-only flags (length_norm, ref_with_training_info); unknown flags raise TypeError.
+    """
+    conf = critic.config
+    kw: dict[str, Any] = {"use_training_info": conf.get("use_training_info", True)}
+    if critic.kind == "value":
+        from sweet.algos.value_head import score_candidates_value
+        kw.update({k: v for k, v in flags.items() if k not in ("length_norm", "ref_with_training_info")})
+        return score_candidates_value(critic.model, critic.tokenizer, history, candidates, training_info, **kw)
+    kw.update(length_norm=conf.get("length_norm", True), ref_with_training_info=conf.get("variant", "paper") == "paper")
+    kw.update(flags)
+    return score_candidates(critic.model, critic.tokenizer, history, candidates, training_info, **kw)

@@ -22,18 +22,20 @@ COLLECT = Stage("collect_trajectories", collect_trajectories,
                 ("models.policy", "models.simulator", "api.base_url", "collect"), _ROLLOUT + ("sweet.colbench.official",))
 PAIRS = Stage("build_preference_pairs", build_preference_pairs, ("pairs",), ("sweet.stages.pairs",))
 CRITIC = Stage("train_critic", train_critic, ("models.critic_base", "critic"),
-               ("sweet.stages.critic", "sweet.algos.critic", "sweet.algos.dialogue"))
+               ("sweet.stages.critic", "sweet.algos.critic", "sweet.algos.value_head", "sweet.algos.dialogue"))
 CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates, ("models.policy", "candidates"),
-                   ("sweet.stages.candidates", "sweet.algos.critic", "sweet.algos.actor", "sweet.agents.hf"))
-ACTOR = Stage("train_dpo_actor", train_dpo_actor, ("models.policy", "actor"),
-              ("sweet.stages.actor", "sweet.algos.actor", "sweet.algos.dialogue"))
-EVALUATE = Stage("evaluate", evaluate, ("models.policy", "models.simulator", "api.base_url", "evaluate"),
-                 _ROLLOUT + ("sweet.stages.evaluate",))
+                   ("sweet.stages.candidates", "sweet.algos.critic", "sweet.algos.value_head", "sweet.algos.actor",
+                    "sweet.agents.hf"))
+ACTOR = Stage("train_dpo_actor", train_dpo_actor, ("method", "models.policy", "actor"),
+              ("sweet.stages.actor", "sweet.algos.actor", "sweet.algos.baselines", "sweet.algos.dialogue"))
+EVALUATE = Stage("evaluate", evaluate, ("method", "models.policy", "models.simulator", "api.base_url", "evaluate"),
+                 _ROLLOUT + ("sweet.stages.evaluate", "sweet.stages.best_of_n"))
 
 STAGES = [GENERATE, COLLECT, PAIRS, CRITIC, CANDIDATES, ACTOR, EVALUATE]
 BY_NAME = {s.name: s for s in STAGES}
 
-# What each stage reads: the wiring of flows/full.py, as data, so a single stage can find its stored inputs.
+# What each stage reads, per method: the wiring of flows/full.py, as data, so a single stage can find its stored
+# inputs. SWEET-RL and its critic ablations use all seven stages; the baselines use a subset.
 INPUTS: dict[str, tuple[str, ...]] = {
     "generate_tasks": (),
     "collect_trajectories": ("generate_tasks",),
@@ -43,13 +45,29 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "train_dpo_actor": ("sample_and_rank_candidates",),
     "evaluate": ("generate_tasks", "train_dpo_actor"),
 }
+_BASELINES: dict[str, dict[str, tuple[str, ...]]] = {
+    "zero_shot": {"generate_tasks": (), "evaluate": ("generate_tasks",)},
+    "rft": {"generate_tasks": (), "collect_trajectories": ("generate_tasks",),
+            "train_dpo_actor": ("collect_trajectories",), "evaluate": ("generate_tasks", "train_dpo_actor")},
+    "mt_dpo": {"generate_tasks": (), "collect_trajectories": ("generate_tasks",),
+               "build_preference_pairs": ("collect_trajectories",), "train_dpo_actor": ("build_preference_pairs",),
+               "evaluate": ("generate_tasks", "train_dpo_actor")},
+    "best_of_n": {"generate_tasks": (), "collect_trajectories": ("generate_tasks",),
+                  "build_preference_pairs": ("collect_trajectories",), "train_critic": ("build_preference_pairs",),
+                  "evaluate": ("generate_tasks", "train_critic")},
+}
+
+
+def graph(method: str) -> dict[str, tuple[str, ...]]:
+    """The stages `method` runs, in order, each with the stages it reads."""
+    return _BASELINES.get(method, INPUTS)
 
 
 def plan(cfg) -> dict[str, str]:
-    """Every stage's output folder for this config, computed without running anything."""
+    """Every stage's output folder for this config (only the stages its method runs), without running anything."""
     from sweet.pipeline import stage_dir
 
     dirs: dict[str, str] = {}
-    for s in STAGES:
-        dirs[s.name] = str(stage_dir(s, cfg, tuple(dirs[i] for i in INPUTS[s.name])))
+    for name, inputs in graph(cfg.method).items():
+        dirs[name] = str(stage_dir(BY_NAME[name], cfg, tuple(dirs[i] for i in inputs)))
     return dirs

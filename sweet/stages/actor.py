@@ -1,21 +1,42 @@
-"""Stage 6 — train the DPO actor on the critic-ranked per-turn pairs (DPO β plus an NLL term on the chosen)."""
+"""Stage 6 — train the actor. SWEET-RL (and its critic ablations): DPO β plus an NLL term on the critic-ranked
+per-turn pairs. Baselines on the same data: `rft` fine-tunes on the successful collected trajectories, `mt_dpo`
+runs trajectory-level DPO on the preference pairs (no critic)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from sweet import tracking
-from sweet.algos import actor as sweet_actor
 from sweet.models import resolve_model
 from sweet.store import loads, read_rows
 
 
-def train_dpo_actor(cfg, out: Path, ranked_dir: str) -> dict:
-    rows = read_rows(Path(ranked_dir) / "dpo_pairs.parquet")
-    if not rows:
-        raise ValueError(f"{ranked_dir}/dpo_pairs.parquet holds no DPO pairs: the candidates stage found no turns")
-    data = [{"prompt": loads(r["prompt"]), "chosen": r["chosen"], "rejected": r["rejected"]} for r in rows]
+def train_dpo_actor(cfg, out: Path, data_dir: str) -> dict:
     run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
+    callbacks = [tracking.trainer_callback(cfg, run_id)]
     base = resolve_model(cfg.models.policy, cfg.models.cache_dir)
-    sweet_actor.train_actor(data, base, out, cfg.actor, callbacks=[tracking.trainer_callback(cfg, run_id)])
+    if cfg.method == "rft":
+        from sweet.algos.baselines import train_rft
+        trajs = read_rows(Path(data_dir) / "trajectories.parquet")
+        kept = [{"messages": loads(t["messages"])} for t in trajs if t["reward"] >= cfg.actor.rft_min_reward]
+        if not kept:
+            best = max((t["reward"] for t in trajs), default=0.0)
+            raise ValueError(f"rft: no trajectory in {data_dir} reaches actor.rft_min_reward="
+                             f"{cfg.actor.rft_min_reward} (best reward {best:.2f}); lower it or collect more")
+        train_rft(kept, base, out, cfg.actor, callbacks=callbacks)
+        return {"sft_trajectories": len(kept), "of_trajectories": len(trajs)}
+    if cfg.method == "mt_dpo":
+        from sweet.algos.baselines import train_mt_dpo
+        rows = read_rows(Path(data_dir) / "pairs.parquet")
+        if not rows:
+            raise ValueError(f"{data_dir}/pairs.parquet holds no preference pairs: nothing for multi-turn DPO")
+        train_mt_dpo([{"chosen": loads(r["chosen_messages"]), "rejected": loads(r["rejected_messages"])}
+                      for r in rows], base, out, cfg.actor, callbacks=callbacks)
+        return {"trajectory_pairs": len(rows)}
+    from sweet.algos import actor as sweet_actor
+    rows = read_rows(Path(data_dir) / "dpo_pairs.parquet")
+    if not rows:
+        raise ValueError(f"{data_dir}/dpo_pairs.parquet holds no DPO pairs: the candidates stage found no turns")
+    data = [{"prompt": loads(r["prompt"]), "chosen": r["chosen"], "rejected": r["rejected"]} for r in rows]
+    sweet_actor.train_actor(data, base, out, cfg.actor, callbacks=callbacks)
     return {"dpo_pairs": len(data)}

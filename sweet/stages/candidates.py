@@ -31,6 +31,13 @@ def offline_turns(trajs: list[dict], fraction: float, cap: int, seed: int) -> li
     return sorted(rng.sample(turns, n), key=lambda r: r["turn_id"])
 
 
+def critic_flags(cfg) -> dict:
+    """How the configured critic scores an action (shared by candidate ranking and best-of-N)."""
+    # The released code's ranking does not condition the reference term on c.
+    return {"length_norm": cfg.critic.length_norm, "use_training_info": cfg.critic.use_training_info,
+            "ref_with_training_info": cfg.critic.variant == "paper"}
+
+
 def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) -> dict:
     c = cfg.candidates
     turns = offline_turns(read_rows(Path(trajs_dir) / "trajectories.parquet"), c.turn_fraction, c.max_turns, c.seed)
@@ -40,7 +47,7 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
     if todo:
         models_dir = cfg.models.cache_dir
         policy = ChatLM.load(cfg.models.policy, device=cfg.models.device, models_dir=models_dir, batch_size=c.batch_size)
-        critic, tok = sweet_critic.load_critic(Path(critic_dir) / "critic", policy.device)
+        critic = sweet_critic.load_any_critic(Path(critic_dir) / "critic", policy.device)
         group = max(1, policy.batch_size // c.n)
         for s in tqdm(range(0, len(todo), group), desc="candidates", unit="turn"):
             chunk = todo[s:s + group]
@@ -48,11 +55,7 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
                                       seed=c.seed + s, num_return_sequences=c.n)
             for j, t in enumerate(chunk):
                 cands = samples[j * c.n:(j + 1) * c.n]
-                scores = sweet_critic.score_candidates(
-                    critic, tok, t["history"], cands, t["training_info"], length_norm=cfg.critic.length_norm,
-                    use_training_info=cfg.critic.use_training_info,
-                    # The released code's ranking does not condition the reference term on c.
-                    ref_with_training_info=cfg.critic.variant == "paper")
+                scores = sweet_critic.score_any(critic, t["history"], cands, t["training_info"], **critic_flags(cfg))
                 write_rows([{"turn_id": t["turn_id"], "traj_id": t["traj_id"], "task_id": t["task_id"],
                              "turn": t["turn"], "cand_idx": i, "text": x, "score": float(sc),
                              "history": dumps(t["history"])} for i, (x, sc) in enumerate(zip(cands, scores))],

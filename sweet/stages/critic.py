@@ -1,5 +1,6 @@
 """Stage 4 — train the critic: Bradley–Terry over trajectory pairs, advantages read off the critic LM's own head
-as the mean token log-ratio to the frozen initial model, conditioned on the training-time information c."""
+as the mean token log-ratio to the frozen initial model, conditioned on the training-time information c.
+The `value_head` ablation instead regresses a scalar head on the rewards of the collected trajectories."""
 
 from __future__ import annotations
 
@@ -8,19 +9,29 @@ from pathlib import Path
 from sweet import tracking
 from sweet.algos import critic as sweet_critic
 from sweet.models import resolve_model
+from sweet.pipeline import read_manifest
 from sweet.store import loads, read_rows
 
 
 def train_critic(cfg, out: Path, pairs_dir: str) -> dict:
+    run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
+    base = resolve_model(cfg.models.critic_base, cfg.models.cache_dir)
+    callbacks = [tracking.trainer_callback(cfg, run_id)]
+    if cfg.critic.head == "value":
+        from sweet.algos.value_head import train_value_critic
+        # A value head learns from every collected trajectory's reward, not only the paired ones.
+        trajs_dir = read_manifest(pairs_dir)["inputs"][0]
+        trajs = [{"messages": loads(t["messages"]), "reward": t["reward"], "training_info": t["training_info"]}
+                 for t in read_rows(Path(trajs_dir) / "trajectories.parquet")]
+        train_value_critic(trajs, base, out, cfg.critic, callbacks=callbacks)
+        return {"trajectories": len(trajs)}
     rows = read_rows(Path(pairs_dir) / "pairs.parquet")
     if not rows:
         raise ValueError(
-            f"{pairs_dir}/pairs.parquet holds no preference pairs: every trajectory of each task got the same "
-            "reward, so there is nothing to learn. Collect more trajectories per task (collect.k) or sample "
-            "with more diversity (collect.temperature).")
+            f"{pairs_dir}/pairs.parquet holds no preference pairs: no task had trajectories the pair rule "
+            f"('{cfg.pairs.rule}') could order. Collect more trajectories per task (collect.k), sample with more "
+            "diversity (collect.temperature), or use pairs.rule=margin.")
     pairs = [{"chosen": loads(r["chosen_messages"]), "rejected": loads(r["rejected_messages"]),
               "training_info": r["training_info"]} for r in rows]
-    run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
-    base = resolve_model(cfg.models.critic_base, cfg.models.cache_dir)
-    sweet_critic.train_critic(pairs, base, out, cfg.critic, callbacks=[tracking.trainer_callback(cfg, run_id)])
+    sweet_critic.train_critic(pairs, base, out, cfg.critic, callbacks=callbacks)
     return {"pairs": len(pairs)}

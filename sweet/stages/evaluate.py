@@ -1,7 +1,9 @@
-"""Stage 7 — evaluate: the initial policy (zero_shot) and the trained actor (sweet) on the held-out tasks.
+"""Stage 7 — evaluate: the system a method produced (trained actor, critic-picked best-of-N, or the initial policy)
+on the held-out tasks, in each of `evaluate.modes`.
 
-Every episode is its own shard keyed by (method, task_id, sample_idx), as in collection, so an interrupted
+Every episode is its own shard keyed by (method, mode, task_id, sample_idx), as in collection, so an interrupted
 evaluation resumes. Results go to the store, a markdown table, and MLflow (metrics, table, chart, dialogues).
+`compare` gathers every method evaluated on the same tasks under the same protocol into one table.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def results_table(summaries: dict[str, dict]) -> str:
-    lines = ["| system | mode | % tests passed | success rate | mean turns | episodes | API failures |",
+    lines = ["| method | mode | % tests passed | success rate | mean turns | episodes | API failures |",
              "|---|---|---|---|---|---|---|"]
     for key, m in summaries.items():
         system, _, mode = key.partition("/")
@@ -70,14 +72,15 @@ def _plot(summaries: dict[str, dict]):
     return fig
 
 
-def run_systems(cfg, out: Path, tasks: list[Task], systems: dict[str, tuple[str, str | None]]) -> list[dict]:
-    """Evaluate each system (name -> (model ref, adapter)) in each configured mode on `tasks`, resumably.
+def run_systems(cfg, out: Path, tasks: list[Task], systems: dict) -> list[dict]:
+    """Evaluate each system (name -> (model ref, adapter), or a function returning (policy, simulator)) in each
+    configured mode on `tasks`, resumably.
 
     Rows carry `method` (the system's name) and `mode`; one shard per (method, mode, task, sample).
     """
     e = cfg.evaluate
     methods = []
-    for name, (ref, adapter) in systems.items():
+    for name, system in systems.items():
         models = None
         for mode in e.modes:
             method = f"{name}/{mode}"
@@ -87,7 +90,8 @@ def run_systems(cfg, out: Path, tasks: list[Task], systems: dict[str, tuple[str,
                     if not (shards / shard_name(t.task_id, i)).exists()]
             if not todo:
                 continue
-            models = models or load_chat_models(cfg, ref, adapter=adapter, batch=e.batch_episodes)
+            models = models or (system() if callable(system) else
+                                load_chat_models(cfg, system[0], adapter=system[1], batch=e.batch_episodes))
 
             def save(done: list[Episode], shards=shards, name=name, mode=mode) -> None:
                 for ep in done:
@@ -116,12 +120,49 @@ def report(cfg, out: Path, rows: list[dict], run_id: str | None) -> dict:
     return {f"{m}/{k}": v for m, s in summaries.items() for k, v in s.items()}
 
 
-def evaluate(cfg, out: Path, tasks_dir: str, actor_dir: str) -> dict:
+def evaluate(cfg, out: Path, tasks_dir: str, system_dir: str | None = None) -> dict:
+    """`system_dir`: the actor stage's folder, the critic's (best_of_n) or None (zero_shot, plus `evaluate.agents`)."""
     tasks = [Task(**r) for r in read_rows(Path(tasks_dir) / "tasks.parquet") if r["split"] == "test"]
-    systems = {"zero_shot": (cfg.models.policy, None), "sweet": (cfg.models.policy, str(Path(actor_dir) / "actor"))}
-    systems |= {agent_name(a): (a, None) for a in cfg.evaluate.agents}
+    m = cfg.method
+    if m == "zero_shot":
+        systems = {"zero_shot": (cfg.models.policy, None)} | {agent_name(a): (a, None) for a in cfg.evaluate.agents}
+    elif system_dir is None:
+        raise ValueError(f"method {m!r} evaluates a trained system: give its stage folder")
+    elif m == "best_of_n":
+        from sweet.stages.best_of_n import load_best_of_n
+        systems = {m: lambda: load_best_of_n(cfg, Path(system_dir) / "critic", tasks)}
+    else:
+        systems = {m: (cfg.models.policy, str(Path(system_dir) / "actor"))}
     rows = run_systems(cfg, out, tasks, systems)
     return report(cfg, out, rows, (out / tracking.RUN_ID_FILE).read_text().strip())
+
+
+def compare(cfg, tasks_dir: str) -> tuple[list[Path], dict[str, dict]]:
+    """Every method evaluated on these tasks with this protocol, policy and simulator (the latest run of each):
+    their result files and one summary per (method, mode) — the comparison table's rows."""
+    import json
+
+    from sweet.stages import EVALUATE
+    from sweet.pipeline import config_slice
+
+    want = {k: v for k, v in config_slice(cfg, EVALUATE.config_keys).items() if k != "method"}
+    latest: dict[str, tuple[str, Path]] = {}
+    for manifest in sorted((cfg.root / EVALUATE.name).glob("*/manifest.json")):
+        m = json.loads(manifest.read_text())
+        same = {k: v for k, v in m["config"].items() if k != "method"} == want
+        if same and m["inputs"][:1] == [str(tasks_dir)]:
+            method = m["config"]["method"]
+            if method not in latest or m["finished_at"] > latest[method][0]:
+                latest[method] = (m["finished_at"], manifest.parent / "eval_results.parquet")
+    files = [latest[k][1] for k in sorted(latest, key=_method_order)]
+    rows = [r for f in files for r in read_rows(f)]
+    keys = dict.fromkeys(f"{r['method']}/{r['mode']}" for r in rows)
+    return files, {k: summarize([r for r in rows if f"{r['method']}/{r['mode']}" == k]) for k in keys}
+
+
+def _method_order(method: str) -> tuple[int, str]:
+    from sweet.config import METHODS
+    return (METHODS.index(method), "") if method in METHODS else (len(METHODS), method)
 
 
 def agent_name(ref: str) -> str:
