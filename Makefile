@@ -13,7 +13,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export TOKENIZERS_PARALLELISM := false
 export PREFECT_LOCAL_STORAGE_PATH := $(CURDIR)/artifacts/.prefect-results
 
-.PHONY: run compare test test-fast serve stop deploy clean help
+.PHONY: run compare test test-fast setup-browser serve stop deploy clean help
 
 help:
 	@echo "make run   [PROFILE=tiny|micro] [SET='collect.k=8 ...']  run the sweet-rl flow end to end"
@@ -34,10 +34,14 @@ run: $(STAMP)
 compare: $(STAMP)
 	$(VENV)/bin/sweet compare --profile $(PROFILE) $(foreach s,$(SET),--set $(s))
 
-test: $(STAMP)
+# Chromium (apt, when root and missing) and a local Tailwind copy for the frontend renderer; idempotent.
+setup-browser:
+	@bash scripts/setup_browser.sh
+
+test: $(STAMP) setup-browser
 	$(PY) -m pytest -q -ra
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) setup-browser
 	$(PY) -m pytest -q -m "not slow"
 
 serve: $(STAMP)
