@@ -113,7 +113,12 @@ def log_dict(cfg, run_id: str, obj: Any, artifact_file: str) -> None:
 
 
 def log_figure(cfg, run_id: str, fig, artifact_file: str) -> None:
-    client(cfg).log_figure(run_id, fig, artifact_file)
+    import matplotlib.pyplot as plt
+
+    try:
+        client(cfg).log_figure(run_id, fig, artifact_file)
+    finally:
+        plt.close(fig)  # pyplot keeps every figure alive until closed: a long-lived process would leak them
 
 
 def log_file(cfg, run_id: str, path: Path | str, artifact_path: str | None = None) -> None:
