@@ -48,9 +48,9 @@ def dialogue(n_turns: int = 2, final: str = "I WANT TO ANSWER: def add(a, b): re
     return msgs + [{"role": "assistant", "content": final}]
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("tiny_qwen2")
+def save_tiny_qwen2(path) -> str:
+    """A 2-layer Qwen2 with fixed random weights and the ChatML test tokenizer, saved to `path` (shared by the
+    critic, baseline and value-head tests)."""
     tok = build_chatml_tokenizer()
     cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
@@ -59,6 +59,11 @@ def tiny_model_dir(tmp_path_factory) -> str:
     Qwen2ForCausalLM(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> str:
+    return save_tiny_qwen2(tmp_path_factory.mktemp("tiny_qwen2"))
 
 
 def tokenizers_under_test():

@@ -7,12 +7,12 @@ import math
 
 import pytest
 import torch
-from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoTokenizer
 
 from sweet.algos import baselines as B
 from sweet.algos.actor import load_policy
 from sweet.config import ActorConfig
-from tests.test_algos import Recorder, build_chatml_tokenizer, dialogue, lora_b, tokenizers_under_test
+from tests.test_algos import Recorder, dialogue, lora_b, save_tiny_qwen2, tokenizers_under_test
 
 GOOD, BAD = "I WANT TO ANSWER: def add(a, b): return a + b", "I WANT TO ANSWER: def f(x): return x * 2"
 CFG = dict(lr=1e-2, epochs=1, batch_size=2, save_steps=1, lora_r=4, lora_alpha=8, max_length=64)
@@ -20,15 +20,7 @@ CFG = dict(lr=1e-2, epochs=1, batch_size=2, save_steps=1, lora_r=4, lora_alpha=8
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("tiny_qwen2_baselines")
-    tok = build_chatml_tokenizer()
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    return save_tiny_qwen2(tmp_path_factory.mktemp("tiny_qwen2_baselines"))
 
 
 def runs(ids: list[int], mask: list[int]) -> list[list[int]]:

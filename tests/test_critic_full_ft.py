@@ -8,11 +8,11 @@ import math
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM, TrainingArguments
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
 from sweet.algos import critic as C
 from sweet.config import CriticConfig
-from tests.test_algos import CANDS, Recorder, build_chatml_tokenizer, critic_pairs, dialogue
+from tests.test_algos import CANDS, Recorder, critic_pairs, dialogue, save_tiny_qwen2
 
 INFO = "def add(a, b):\n    return a + b"
 
@@ -24,15 +24,7 @@ class FullFTConfig(CriticConfig):
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("tiny_qwen2_fullft")
-    tok = build_chatml_tokenizer()
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    return save_tiny_qwen2(tmp_path_factory.mktemp("tiny_qwen2_fullft"))
 
 
 def state(model) -> dict[str, torch.Tensor]:

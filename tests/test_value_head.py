@@ -9,13 +9,13 @@ import pytest
 import torch
 from peft import get_peft_model
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sweet.algos import critic as C
 from sweet.algos import value_head as V
 from sweet.algos.dialogue import tokenize_dialogue, with_training_info
 from sweet.config import CriticConfig
-from tests.test_algos import CANDS, Recorder, build_chatml_tokenizer, dialogue
+from tests.test_algos import CANDS, Recorder, dialogue, save_tiny_qwen2
 
 GOOD, BAD = "I WANT TO ANSWER: def add(a, b): return a + b", "I WANT TO ANSWER: def f(x): return x * 2"
 INFO = "def add(a, b):\n    return a + b"
@@ -28,15 +28,7 @@ class ValueConfig(CriticConfig):
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("tiny_qwen2_value")
-    tok = build_chatml_tokenizer()
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    return save_tiny_qwen2(tmp_path_factory.mktemp("tiny_qwen2_value"))
 
 
 def value_model(model_dir: str):

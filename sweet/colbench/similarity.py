@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+from abc import ABC, abstractmethod
 import math
 from pathlib import Path
 from typing import NamedTuple
@@ -42,11 +43,13 @@ def load_image(img) -> Image.Image:
     raise TypeError(f"expected PNG bytes, a path, a PIL image or None, got {type(img).__name__}")
 
 
-class Similarity:
+class Similarity(ABC):
+    """An image similarity with a name (`metric`) stored next to every score it gives."""
     metric: str = "?"
 
+    @abstractmethod
     def score_many(self, pairs) -> list[float]:
-        raise NotImplementedError
+        """One score per (image, image) pair."""
 
     def score(self, a, b) -> float:
         return self.score_many([(a, b)])[0]

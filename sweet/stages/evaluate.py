@@ -33,6 +33,14 @@ def summarize(rows: list[dict]) -> dict:
             "mean_turns": statistics.fmean(x["n_turns"] for x in rows) if n else 0.0, "failed": failed}
 
 
+def summarize_by_method(rows: list[dict]) -> dict[str, dict]:
+    """One summary per "<method>/<mode>", in the order the rows first show them."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(f"{r['method']}/{r['mode']}", []).append(r)
+    return {k: summarize(v) for k, v in groups.items()}
+
+
 def results_table(summaries: dict[str, dict]) -> str:
     lines = ["| method | mode | % tests passed | success rate | mean turns | episodes | API failures |",
              "|---|---|---|---|---|---|---|"]
@@ -107,8 +115,7 @@ def run_systems(cfg, out: Path, tasks: list[Task], systems: dict) -> list[dict]:
 def report(cfg, out: Path, rows: list[dict], run_id: str | None) -> dict:
     """Table, dialogues and chart on disk and in MLflow; returns the flat metrics."""
     write_rows(rows, out / "eval_results.parquet")
-    keys = dict.fromkeys(f"{r['method']}/{r['mode']}" for r in rows)
-    summaries = {k: summarize([r for r in rows if f"{r['method']}/{r['mode']}" == k]) for k in keys}
+    summaries = summarize_by_method(rows)
     table = results_table(summaries)
     (out / "results.md").write_text(table)
     (out / "dialogues.md").write_text(dialogue_sample(rows))
@@ -156,8 +163,7 @@ def compare(cfg, tasks_dir: str) -> tuple[list[Path], dict[str, dict]]:
                 latest[method] = (m["finished_at"], manifest.parent / "eval_results.parquet")
     files = [latest[k][1] for k in sorted(latest, key=_method_order)]
     rows = [r for f in files for r in read_rows(f)]
-    keys = dict.fromkeys(f"{r['method']}/{r['mode']}" for r in rows)
-    return files, {k: summarize([r for r in rows if f"{r['method']}/{r['mode']}" == k]) for k in keys}
+    return files, summarize_by_method(rows)
 
 
 def _method_order(method: str) -> tuple[int, str]:
