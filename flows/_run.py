@@ -31,23 +31,24 @@ def report(cfg: PipelineConfig, eval_dirs: list[str], run_id: str) -> str:
     """One table for every method evaluated on these tasks under this protocol (this run's and earlier runs'),
     written to artifacts/<experiment>/results.md, the catalog's eval_results view, the parent MLflow run and a
     Prefect artifact."""
-    from sweet.stages.evaluate import _plot, compare, results_table
+    from sweet.stages.evaluate import _plot, compare, plot_name, results_table
 
     tasks_dir = read_manifest(eval_dirs[-1])["inputs"][0]
     files, summaries = compare(cfg, tasks_dir)
     table = results_table(summaries)
     (cfg.root / "results.md").write_text(table)
     Catalog(cfg.root / "catalog.duckdb").register("eval_results", files)
-    tracking.log_metrics(cfg, run_id, {f"{k}/{m}": v for k, s in summaries.items() for m, v in s.items()})
+    tracking.log_metrics(cfg, run_id, {f"{k}/{m}": v for k, s in summaries.items() for m, v in s.items()
+                                       if isinstance(v, (int, float))})
     tracking.log_text(cfg, run_id, table, "results.md")
-    tracking.log_figure(cfg, run_id, _plot(summaries), "tests_passed.png")
+    tracking.log_figure(cfg, run_id, _plot(summaries), plot_name(summaries))
     where = (
         f"\nOutputs:  {cfg.root}/<stage>/<fingerprint>/   (this table: {cfg.root / 'results.md'})\n"
         f"Catalog:  duckdb {cfg.root / 'catalog.duckdb'}  (e.g. SELECT method, mode, avg(reward) FROM eval_results GROUP BY ALL)\n"
         f"MLflow:   mlflow ui --backend-store-uri {cfg.tracking_uri} --host 127.0.0.1 --port 5000\n"
         f"Prefect:  prefect server start --host 127.0.0.1   (or: make serve)\n"
     )
-    text = f"\nHeld-out backend tasks ({cfg.experiment}, method {cfg.method}):\n\n{table}{where}"
+    text = f"\nHeld-out {cfg.task_family} tasks ({cfg.experiment}, method {cfg.method}):\n\n{table}{where}"
     create_markdown_artifact(markdown=f"# sweet-rl results ({cfg.experiment})\n\n{table}", key=f"results-{_slug(cfg.experiment)}")
     get_run_logger().info("results: %s (also the Prefect artifact results-%s)", cfg.root / "results.md",
                           _slug(cfg.experiment))

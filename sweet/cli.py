@@ -8,6 +8,8 @@
   sweet config --profile tiny                 # the resolved config as JSON
   sweet status                                # which stages of this config are done, and where
   sweet eval-backend --tasks T.jsonl --answers A.jsonl   # score answers in the sandbox, one JSON line each
+  sweet eval-frontend --tasks T.jsonl --answers A.jsonl --screenshots shots/   # render + page similarity
+  sweet run --set task_family=frontend        # the frontend family through the same seven stages
   sweet evaluate --agent api:gpt-4o --agent HuggingFaceTB/SmolLM2-135M-Instruct \
       --set tasks.source=official:data/colbench --set evaluate.max_turns=10   # any models, one results table
 
@@ -51,12 +53,23 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--answers", required=True, help='jsonl rows {"task_id": ..., "answer": "<python code>"}')
     ev.add_argument("--workers", type=int, default=None, help="answers scored in parallel (default: all CPUs)")
     ev.add_argument("--timeout", type=float, default=2.0, help="seconds per test call (default 2)")
+    ef = sub.add_parser("eval-frontend", help="render HTML answers and reference pages offline; one JSON line per "
+                        "answer with its similarity to the reference and the metric's name")
+    ef.add_argument("--tasks", required=True, help="jsonl with ground_truth HTML (task_id optional: row index)")
+    ef.add_argument("--answers", required=True, help='jsonl rows {"task_id": ..., "answer": "<html>"}')
+    ef.add_argument("--screenshots", metavar="DIR", help="also write every screenshot (answers and references) here")
+    ef.add_argument("--similarity", default="pixel", help="'pixel' (default; named fallback, not CLIP), "
+                    "'clip:openai' or 'clip:<local weights file>'")
+    ef.add_argument("--timeout", type=float, default=10.0, help="seconds a page gets to load (default 10)")
+    ef.add_argument("--pool-size", type=int, default=4, help="pages rendered at once (default 4)")
+    ef.add_argument("--javascript", action="store_true", help="run the pages' scripts (still offline)")
     cmp = sub.add_parser("compare", help="run the flow once per method (shared stages are cache hits) and print "
                          "one table comparing them")
     _config_args(cmp)
     cmp.add_argument("--methods", default=",".join(METHODS),
                      help=f"comma-separated (default: all: {','.join(METHODS)})")
-    me = sub.add_parser("evaluate", help="evaluate models zero-shot on backend ColBench (no training); one table")
+    me = sub.add_parser("evaluate", help="evaluate models zero-shot on ColBench (no training; --set task_family=frontend "
+                        "for pages); one table")
     _config_args(me)
     me.add_argument("--agent", action="append", default=[], metavar="MODEL",
                     help="a model id, a local folder or api:<model>[@base_url] (repeatable)")
@@ -79,6 +92,14 @@ def main(argv: list[str] | None = None) -> int:
             return eval_backend(args.tasks, args.answers, args.workers, args.timeout)
         except (ValueError, FileNotFoundError) as e:
             print(f"sweet eval-backend: {e}", file=sys.stderr)
+            return 2
+    if args.command == "eval-frontend":
+        from sweet.colbench.eval_frontend import eval_frontend
+        try:
+            return eval_frontend(args.tasks, args.answers, args.screenshots, args.similarity, args.timeout,
+                                 args.pool_size, args.javascript)
+        except (ValueError, FileNotFoundError) as e:
+            print(f"sweet eval-frontend: {e}", file=sys.stderr)
             return 2
     try:
         cfg = load_config(args.profile, args.overrides)

@@ -118,6 +118,8 @@ class CandidatesConfig(_Cfg):
 class ActorConfig(_Cfg):
     rft_min_reward: float = Field(1.0, ge=0.0, le=1.0, description="method 'rft': fine-tune on trajectories with at "
                                   "least this reward (1.0 = successful, all tests pass).")
+    rft_best_per_task: bool = Field(False, description="method 'rft': keep only each task's best trajectory among "
+                                    "those (the frontend's choice, where no page 'succeeds').")
     beta: float = Field(0.1, gt=0.0, description="DPO beta (paper: 0.1).")
     nll_coef: float = Field(0.01, ge=0.0, description="NLL on the chosen action (paper: 0.01).")
     lr: float = Field(1e-4, gt=0.0, description="Learning rate (LoRA; the paper's full FT uses 2e-7).")
@@ -147,6 +149,27 @@ class EvaluateConfig(_Cfg):
     seed: int = 0
 
 
+class FrontendConfig(_Cfg):
+    """task_family=frontend: how pages are rendered and compared, and who plays the user."""
+    simulator: str = Field("dom-diff", description="'dom-diff' (offline default: compares the two rendered DOMs and "
+                           "describes the largest differences; not a vision model) or 'api:<vision model>[@url]' "
+                           "(the paper's: Qwen2-VL-72B-Instruct behind an OpenAI-compatible server).")
+    similarity: str = Field("pixel", description="Reward metric: 'pixel' (named fallback 'pixel-ssim+edges+colour-256', "
+                            "not CLIP), 'clip:openai' (CLIP ViT-B/32 OpenAI weights, needs the hub) or "
+                            "'clip:<local weights file>'. Every score is stored with its metric's name.")
+    pool_size: int = Field(2, ge=1, description="Browser pages rendering at once (one Chromium per stage).")
+    viewport_width: int = Field(1280, ge=320)
+    viewport_height: int = Field(720, ge=240)
+    timeout_s: float = Field(10.0, gt=0, description="Seconds a page gets to load; a page that never loads gives "
+                             "a defined (blank or partial) screenshot and an error, never a hung stage.")
+    javascript: bool = Field(False, description="Run the pages' scripts (still offline). WebSight pages are static.")
+    chromium: str = Field("", description="Chromium executable; empty = Playwright's own browser, else the system one.")
+    sim_reply_chars: int = Field(1000, ge=50, description="Simulator replies are cut here (paper: 1,000 characters).")
+    win_rate_baseline: str = Field("zero_shot", description="The system (table row) other systems' win rates are "
+                                   "measured against; the paper uses GPT-4o's pages (add 'api:gpt-4o' to "
+                                   "evaluate.agents and set this to 'gpt-4o').")
+
+
 METHODS = ("zero_shot", "rft", "mt_dpo", "sweet", "no_training_info", "no_length_norm", "value_head", "best_of_n")
 Method = Literal["zero_shot", "rft", "mt_dpo", "sweet", "no_training_info", "no_length_norm", "value_head", "best_of_n"]
 # What each ablation changes in the critic; every other method uses the critic as configured.
@@ -159,6 +182,9 @@ class PipelineConfig(_Cfg):
                            "(initial policy), 'rft' (rejection fine-tuning), 'mt_dpo' (multi-turn DPO), ablations "
                            "'no_training_info', 'no_length_norm', 'value_head', or 'best_of_n' (initial policy, "
                            "critic picks the best of N actions per turn).")
+    task_family: Literal["backend", "frontend"] = Field(
+        "backend", description="ColBench family: 'backend' (Python functions, hidden tests in a sandbox) or 'frontend' "
+        "(HTML pages rendered in a browser, reward = page similarity).")
     experiment: str = Field("tiny", description="Name of the experiment: artifacts/<experiment>/ and the MLflow experiment.")
     profile: str = Field("tiny", description="Profile the config was built from (informational).")
     artifacts_dir: str = Field("artifacts", description="Root folder of all run outputs.")
@@ -172,6 +198,19 @@ class PipelineConfig(_Cfg):
     candidates: CandidatesConfig = CandidatesConfig()
     actor: ActorConfig = ActorConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
+    frontend: FrontendConfig = FrontendConfig()
+
+    @model_validator(mode="after")
+    def _check_family(self):
+        if self.task_family == "frontend":
+            if self.pairs.rule == "official":
+                raise ValueError("pairs.rule='official' needs trajectories that pass every test (backend only); the "
+                                 "frontend uses 'margin' with min_margin 0.1 (set pairs.rule=margin)")
+            if self.tasks.generator:
+                raise ValueError("tasks.generator writes backend tasks only; frontend tasks come from tasks.source")
+            if self.collect.offline_path:
+                raise ValueError("collect.offline_path imports backend trajectories only")
+        return self
 
     @model_validator(mode="after")
     def _apply_method(self):
@@ -234,6 +273,32 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
+# Settings a task family needs whatever the profile; applied after the profile, before --set overrides.
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "backend": {},
+    # The released frontend rule: every pair of a task's trajectories whose similarities differ by at least 0.1.
+    "frontend": {"pairs": {"rule": "margin", "min_margin": 0.1},
+                 "actor": {"rft_min_reward": 0.0, "rft_best_per_task": True}},
+}
+# Per (profile, family): sizes that keep a frontend run in budget (pages are ~900 tokens, code answers ~150).
+PROFILE_FAMILY: dict[tuple[str, str], dict[str, Any]] = {
+    ("tiny", "frontend"): {
+        "tasks": {"n_train": 6, "n_test": 8},
+        "collect": {"max_new_tokens": 448, "batch_episodes": 24},
+        "critic": {"max_length": 2560},
+        "candidates": {"max_new_tokens": 448, "max_turns": 6, "batch_size": 16},
+        "actor": {"max_length": 1536},
+        "evaluate": {"max_new_tokens": 448},
+    },
+    ("micro", "frontend"): {
+        "tasks": {"source": "bundled"}, "pairs": {"min_margin": 0.01},  # a 135M model's pages differ little
+        "critic": {"max_length": 1536}, "actor": {"max_length": 768},
+        "collect": {"max_new_tokens": 64}, "candidates": {"max_new_tokens": 32},
+        "evaluate": {"max_new_tokens": 64},
+    },
+}
+
+
 def with_method(cfg: PipelineConfig, method: str) -> PipelineConfig:
     """The same experiment run with another method (ablation switches reset, then set by the new method)."""
     data = cfg.model_dump()
@@ -268,8 +333,13 @@ def load_config(profile: str = "tiny", overrides: list[str] | None = None) -> Pi
         raise ValueError(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
     data = _merge(PipelineConfig().model_dump(), PROFILES[profile])
     data["profile"] = profile
-    for item in overrides or []:
-        path, value = parse_override(item)
+    parsed = [(item, *parse_override(item)) for item in overrides or []]
+    family = next((v for _, p, v in parsed if p == ["task_family"]), data["task_family"])
+    if family in FAMILY_DEFAULTS:  # an unknown family is reported by validation below
+        data = _merge(_merge(data, FAMILY_DEFAULTS[family]), PROFILE_FAMILY.get((profile, family), {}))
+        if family != "backend" and not data["experiment"].endswith(f"-{family}"):
+            data["experiment"] += f"-{family}"  # its own folder, catalog, table and MLflow experiment
+    for item, path, value in parsed:
         node = data
         for part in path[:-1]:
             if not isinstance(node.get(part), dict):

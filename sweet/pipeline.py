@@ -34,6 +34,8 @@ def config_slice(cfg: PipelineConfig, keys: tuple[str, ...]) -> dict[str, Any]:
     data = cfg.model_dump()
     out = {}
     for key in keys:
+        if key == "frontend" and data["task_family"] != "frontend":
+            continue  # a backend run's outputs do not depend on how pages would be rendered
         node: Any = data
         for part in key.split("."):
             node = node[part]

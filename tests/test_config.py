@@ -68,3 +68,28 @@ def test_methods_set_their_ablation_and_refuse_a_mislabelled_switch():
         load_config("tiny", ["method=ppo"])
     back = with_method(load_config("tiny", ["method=no_length_norm"]), "sweet")
     assert back.critic.length_norm is True and back.method == "sweet"
+
+
+def test_frontend_family_defaults_and_checks():
+    cfg = load_config("tiny", ["task_family=frontend"])
+    assert cfg.experiment == "tiny-frontend"  # its own folder, catalog and MLflow experiment
+    assert (cfg.pairs.rule, cfg.pairs.min_margin) == ("margin", 0.1)  # the released frontend rule
+    assert cfg.actor.rft_best_per_task and cfg.frontend.similarity == "pixel" and cfg.frontend.simulator == "dom-diff"
+    # --set wins over the family defaults.
+    assert load_config("tiny", ["task_family=frontend", "pairs.min_margin=0.2"]).pairs.min_margin == 0.2
+    with pytest.raises(ValueError, match="pairs.rule=margin"):
+        load_config("tiny", ["task_family=frontend", "pairs.rule=official"])
+    with pytest.raises(ValueError, match="backend tasks only"):
+        load_config("tiny", ["task_family=frontend", "tasks.generator=api:gpt-4o"])
+    backend = load_config("tiny")
+    assert backend.experiment == "tiny" and not backend.actor.rft_best_per_task
+
+
+def test_frontend_settings_do_not_touch_backend_fingerprints():
+    from sweet.stages import plan
+    a = plan(load_config("tiny"))
+    b = plan(load_config("tiny", ["frontend.pool_size=8"]))
+    assert a == b
+    f1 = plan(load_config("tiny", ["task_family=frontend"]))
+    f2 = plan(load_config("tiny", ["task_family=frontend", "frontend.simulator=api:qwen-vl"]))
+    assert f1["generate_tasks"] == f2["generate_tasks"] and f1["collect_trajectories"] != f2["collect_trajectories"]

@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from sweet.colbench import render as R
+from sweet.colbench.dom import MAX_BLOCKS
 
 DATA = Path(__file__).parent / "data" / "frontend"
 OK, WHY = R.browser_available()
@@ -413,3 +414,74 @@ def test_a_dead_browser_is_relaunched():
         assert r.launches == 2
     with pytest.raises(RuntimeError, match="closed"):
         r.render("<p>x</p>")
+
+
+# ---- DOM capture (render(..., dom=True)) --------------------------------------------------------------------------
+@needs_browser
+@needs_tailwind
+def test_dom_capture_matches_the_tailwind_page(renderer):
+    html = ("<html><head><link rel='stylesheet' href='" + R.TAILWIND_URL + "'></head><body class='bg-white'>"
+            "<h1 class='text-4xl font-bold text-red-600'>Hello   world</h1>"
+            "<p class='text-base text-gray-700 text-center'>Some text</p>"
+            "<div class='bg-blue-500 h-20 w-40'></div></body></html>")
+    res = renderer.render(html, dom=True)
+    assert res.ok, res.error
+    assert res.dom["page"] == {"width": VIEW[0], "height": VIEW[1], "background": "rgb(255, 255, 255)"}
+    blocks = {b["tag"]: b for b in res.dom["blocks"]}
+    assert set(blocks) == {"h1", "p", "div"}
+    h1, p, div = blocks["h1"], blocks["p"], blocks["div"]
+    assert (h1["text"], h1["font_weight"], h1["color"], h1["font_size"]) == ("Hello world", "700", "rgb(220, 38, 38)",
+                                                                            36)
+    assert (h1["x"], h1["y"], h1["w"], h1["h"]) == (0, 0, VIEW[0], 40)  # text-4xl: line-height 2.5rem
+    assert (p["text"], p["color"], p["font_size"], p["text_align"]) == ("Some text", "rgb(55, 65, 81)", 16, "center")
+    assert (div["background"], div["w"], div["h"], div["text"]) == ("rgb(59, 130, 246)", 160, 80, "")
+    # One page state: the screenshot shows the block where the DOM says it is, and asking for the DOM changes no pixel.
+    assert close_to(img(res).getpixel((div["x"] + 80, div["y"] + 40)), BLUE_500)
+    plain = renderer.render(html)
+    assert plain.ok and plain.dom is None and plain.png == res.png
+
+
+@needs_browser
+def test_dom_is_per_call_and_kept_in_order(renderer):
+    pages = [colour_page((0, 0, 255), f"<p>page {i}</p>") for i in range(4)]
+    res = renderer.render_many(pages, dom=True)
+    assert [r.dom["blocks"][0]["text"] for r in res] == [f"page {i}" for i in range(4)]
+    assert all(r.dom["page"]["background"] == "rgb(0, 0, 255)" for r in res)
+    assert all(r.dom is None for r in renderer.render_many(pages[:2]))
+    refused = renderer.render("<p>x</p>" * (renderer.max_html_bytes // 8 + 1), dom=True)
+    assert refused.error and refused.dom is None  # failure results carry no DOM
+
+
+@needs_browser
+def test_dom_of_an_enormous_document_is_bounded(renderer):
+    html = colour_page((255, 255, 255), "<p>row</p>" * 20_000 + "<div style='height:1000000px'></div>")
+    res = renderer.render(html, dom=True)
+    assert res.ok and res.clipped, res.error
+    assert res.elapsed_s < 2 * renderer.timeout_s
+    assert len(res.dom["blocks"]) == MAX_BLOCKS and res.dom["page"]["height"] > 1_000_000
+
+
+@needs_browser
+@pytest.mark.parametrize("hostile", ["loop", "dom-loop", "dom-throws", "dom-garbage"])
+def test_dom_capture_of_a_hostile_page_is_defined_and_bounded(js_renderer, hostile):
+    script = {"loop": "while (true) {}",  # never loads: a failed render, no DOM
+              "dom-loop": "window.getComputedStyle = () => { while (true) {} };",  # spins only when the DOM is read
+              "dom-throws": "window.getComputedStyle = () => { throw new Error('no'); };",
+              "dom-garbage": "Array.prototype.push = function () { return 0; }; "
+                             "Object.defineProperty(Array.prototype, 'slice', {value: () => 'x'});"}[hostile]
+    before = js_renderer.slots_replaced
+    res = js_renderer.render(colour_page((0, 0, 255), f"<p>hi</p><script>{script}</script>"), dom=True)
+    assert res.elapsed_s < 4 * js_renderer.timeout_s
+    assert res.png is not None and (res.width, res.height) == VIEW
+    if hostile == "loop":
+        assert res.error and res.dom is None
+    else:
+        assert res.ok, res.error  # the screenshot stands
+        assert close_to(img(res).getpixel((700, 500)), (0, 0, 255))
+        assert res.dom is None or (isinstance(res.dom["blocks"], list) and len(res.dom["blocks"]) <= MAX_BLOCKS)
+    if hostile in ("loop", "dom-loop", "dom-throws"):
+        assert res.dom is None
+    if hostile in ("loop", "dom-loop"):
+        assert js_renderer.slots_replaced > before  # the stuck page is not reused
+    ok = js_renderer.render(colour_page((0, 128, 0), "<p>fine</p>"), dom=True)
+    assert ok.ok and ok.dom["blocks"][0]["text"] == "fine"

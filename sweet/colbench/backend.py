@@ -54,6 +54,8 @@ SINGLE_TURN_PROMPT = (
     "after it.\n\nTask:\n{problem}"
 )
 MODES = ("multi_turn", "single_turn")
+# Errors of episodes that ended because a generation finally failed (API client); counted as "API failures".
+GENERATION_FAILED = ("agent failed:", "simulator failed:")
 MAX_TURNS = 10  # the paper's protocol: after 10 agent turns the last response is the answer
 
 

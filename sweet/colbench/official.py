@@ -218,7 +218,7 @@ def read_offline_trajectories(path: Path | str, limit: int | None = None,
             "tests_total": total,
             "n_turns": n_turns,
             "error": None,
-            "training_info": task.ground_truth,
+            "training_info": task.ground_truth, "metric": "tests passed",
         })
     return list(tasks.values()), rows
 

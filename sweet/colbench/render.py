@@ -41,8 +41,17 @@ Design:
   even if the browser or the loop does.  A browser that died is relaunched on the next render.
 * Screenshots: fixed viewport (CSS px = image px), full page, clipped to ``max_height`` (4x the viewport height
   by default) so an enormous document gives a defined, clipped image (``clipped=True``).
+* DOM capture (``render(html, dom=True)``): right after the screenshot, so both see one page state, the page is
+  read with ``sweet.colbench.dom.DOM_SCRIPT`` (works with JavaScript off) into ``RenderResult.dom``
+  (``{"page": ..., "blocks": [...]}``), within ``timeout_s``.  A DOM that cannot be read is ``None`` and fails
+  nothing: the screenshot stands, and a page that stopped answering is not reused.
 * Chromium runs without its OS sandbox when started as root (it refuses otherwise); the page is confined by the
   browser's own process/site isolation, the blocked network and the absence of file access.
+
+Layout: this module is the public API (every name below is importable from here) with the Renderer's loop thread
+and one render's policy (limits, errors, results); ``_render_slots`` holds the pool's slots, their request routing
+and the steps on a page (load, capture, DOM); ``_render_browser`` finds and launches Chromium; ``_render_assets``
+holds the Tailwind subset, the placeholder images and the PNG helpers.
 """
 
 from __future__ import annotations
@@ -52,183 +61,25 @@ import atexit
 import itertools
 import logging
 import os
-import re
-import shutil
-import struct
 import threading
 import time
-import warnings
 import weakref
-import zlib
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+# Re-exported: these names were defined here before the split, and callers import them from this module.
+from sweet.colbench._render_assets import (  # noqa: F401
+    _TAILWIND_CSS_URL, _TAILWIND_SCRIPT, DEFAULT_TAILWIND_CSS, PLACEHOLDER_DEFAULT, PLACEHOLDER_GREY,
+    PLACEHOLDER_MAX, TAILWIND_URL, TAILWIND_VERSION, TailwindSubset, _tailwind_subset, _warn_once, placeholder_size,
+    png_size, rewrite_tailwind_scripts, solid_png)
+from sweet.colbench._render_browser import (  # noqa: F401
+    LAUNCH_ARGS, BrowserUnavailable, _playwright_browser_installed, _system_chromium, browser_available,
+    find_chromium, launch_chromium)
+from sweet.colbench._render_slots import PAGE_HOST, _Job, _Slot, _SlotPool
+
 log = logging.getLogger(__name__)
-
-TAILWIND_VERSION = "2.2.19"
-TAILWIND_URL = f"https://cdn.jsdelivr.net/npm/tailwindcss@{TAILWIND_VERSION}/dist/tailwind.min.css"
-_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_TAILWIND_CSS = _ROOT / "artifacts" / "vendor" / f"tailwindcss@{TAILWIND_VERSION}" / "tailwind.min.css"
-PAGE_HOST = "sweet-render.invalid"
-PLACEHOLDER_GREY = (204, 204, 204)
-PLACEHOLDER_DEFAULT = (320, 240)
-PLACEHOLDER_MAX = 2000
-
-# Belt and braces under route interception: no request can connect anywhere even if one escaped it.
-LAUNCH_ARGS = [
-    "--proxy-server=http://127.0.0.1:9",
-    "--proxy-bypass-list=<-loopback>",  # also proxy (i.e. fail) loopback, which is bypassed implicitly otherwise
-    "--host-resolver-rules=MAP * ~NOTFOUND",
-    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-domain-reliability",
-    "--disable-sync",
-    "--no-first-run",
-    "--no-pings",
-    "--disable-dev-shm-usage",
-    "--force-color-profile=srgb",
-    "--hide-scrollbars",
-    "--disable-partial-raster",  # measured: without it, input borders differ by 1-2 levels between identical renders
-    "--disable-checker-imaging",  # images decoded before raster, never drawn later
-    "--disable-features=HttpsUpgrades,HttpsFirstBalancedModeAutoEnable,Translate,MediaRouter,OptimizationHints",
-]
-
-_TAILWIND_CSS_URL = re.compile(
-    r"^https?://(?:cdn\.jsdelivr\.net/npm/|unpkg\.com/|cdnjs\.cloudflare\.com/ajax/libs/)tailwindcss"
-    r"(?:@[^/]*|/[0-9][^/]*)?/(?:dist/)?tailwind(?:\.min)?\.css(?:[?#].*)?$", re.I)
-# The Play CDN (v3, JIT in the browser) and the v4 browser build: replaced by the local v2 stylesheet.
-_TAILWIND_SCRIPT = re.compile(
-    r"<script\b[^>]*\bsrc\s*=\s*[\"']?(?:https?:)?//(?:cdn\.tailwindcss\.com|"
-    r"(?:cdn\.jsdelivr\.net/npm|unpkg\.com)/@tailwindcss/browser)[^>]*>\s*</script\s*>", re.I)
-_SIZE_PATTERNS = [
-    re.compile(r"(?<![0-9])([0-9]{1,4})[x×]([0-9]{1,4})(?![0-9])"),  # 400x300 (placeholder services, unsplash)
-    re.compile(r"/([0-9]{1,4})/([0-9]{1,4})(?:[/?#.]|$)"),  # picsum.photos/400/300, placekitten
-]
-_SIZE_QUERY_W = re.compile(r"[?&](?:w|width)=([0-9]{1,4})(?:&|$)")
-_SIZE_QUERY_H = re.compile(r"[?&](?:h|height)=([0-9]{1,4})(?:&|$)")
-_SQUARE = re.compile(r"picsum\.photos/(?:id/[0-9]+/)?([0-9]{1,4})(?:[/?#]|$)")
-
-
-_CSS_TOKEN = re.compile(r"/\*.*?\*/|\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'|[{}]", re.S)
-_CSS_CLASS = re.compile(r"\.(-?(?:[_a-zA-Z]|[^\x00-\x7f]|\\[0-9a-fA-F]{1,6}\s?|\\[^\n0-9a-fA-F])"
-                        r"(?:[\w-]|[^\x00-\x7f]|\\[0-9a-fA-F]{1,6}\s?|\\[^\n0-9a-fA-F])*)")
-_CSS_ESCAPE = re.compile(r"\\([0-9a-fA-F]{1,6})\s?|\\(.)")
-_SEL_NOISE = re.compile(r"\[[^\]]*\]|\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'")
-_HTML_TOKENS = re.compile(r"[^<>\"'`\s=]+")
-
-
-def _css_unescape(ident: str) -> str:
-    return _CSS_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)) if m.group(1) else m.group(2), ident)
-
-
-def _split_selectors(prelude: str) -> list[str]:
-    out, depth, start = [], 0, 0
-    for i, ch in enumerate(prelude):
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(prelude[start:i])
-            start = i + 1
-    out.append(prelude[start:])
-    return out
-
-
-class TailwindSubset:
-    """The part of a compiled Tailwind stylesheet a page can use, as Tailwind's own purge does it: a rule is kept
-    when, for one of its selectors, every class it names appears as a token anywhere in the page (class attributes,
-    scripts, text); rules naming no class (the preflight, ``*`` variables) and at-rules other than @media
-    (keyframes) are always kept; order is preserved.  So the page renders exactly as with the whole file, but the
-    browser gets and parses ~1-5% of it (measured: the 2.9 MB file costs ~0.3 s of a ~0.45 s render here)."""
-
-    def __init__(self, css: str):
-        self.items: list[tuple[tuple[str, ...], str]] = []  # (enclosing @media/@supports preludes, rule text)
-        self.always: list[int] = []
-        self.by_class: dict[str, list[tuple[int, frozenset[str]]]] = {}
-        self._parse(css, ())
-
-    def _add(self, media: tuple[str, ...], prelude: str, body: str) -> None:
-        idx = len(self.items)
-        self.items.append((media, f"{prelude}{{{body}}}"))
-        if prelude.lstrip().startswith("@"):
-            self.always.append(idx)
-            return
-        for sel in _split_selectors(prelude):
-            sel = _SEL_NOISE.sub("", sel)  # attribute values and strings name no class
-            classes = frozenset(_css_unescape(c) for c in _CSS_CLASS.findall(sel))
-            if not classes:
-                self.always.append(idx)
-                return
-            self.by_class.setdefault(min(classes), []).append((idx, classes))
-
-    def _parse(self, css: str, media: tuple[str, ...]) -> None:
-        depth, start, block_start, prelude = 0, 0, 0, ""
-        for m in _CSS_TOKEN.finditer(css):
-            tok = m.group()
-            if tok == "{":
-                if depth == 0:
-                    prelude, block_start = css[start:m.start()], m.end()
-                depth += 1
-            elif tok == "}":
-                depth -= 1
-                if depth == 0:
-                    body = css[block_start:m.start()]
-                    head = _strip_comments(prelude).strip()
-                    if head.lower().startswith(("@media", "@supports")):
-                        self._parse(body, media + (head,))
-                    else:
-                        self._add(media, _strip_comments(prelude).strip(), body)
-                    start = m.end()
-            elif tok.startswith("/*") and depth == 0:
-                start = m.end()
-
-    def subset(self, html: str) -> bytes:
-        tokens = set(_HTML_TOKENS.findall(html))
-        keep = set(self.always)
-        for tok in tokens:
-            for idx, classes in self.by_class.get(tok, ()):
-                if idx not in keep and classes <= tokens:
-                    keep.add(idx)
-        out: list[str] = []
-        open_: tuple[str, ...] = ()
-        for idx in sorted(keep):
-            media, text = self.items[idx]
-            if media != open_:
-                common = 0
-                while common < min(len(media), len(open_)) and media[common] == open_[common]:
-                    common += 1
-                out.append("}" * (len(open_) - common))
-                out.extend(m + "{" for m in media[common:])
-                open_ = media
-            out.append(text)
-        out.append("}" * len(open_))
-        return "".join(out).encode()
-
-
-_subsets: dict[tuple[str, float, int], TailwindSubset] = {}
-_subsets_lock = threading.Lock()
-
-
-def _tailwind_subset(path: Path, css: bytes) -> TailwindSubset:
-    """Parsed once per process and file (~0.4 s), shared by all renderers."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_mtime, len(css))
-    with _subsets_lock:
-        if key not in _subsets:
-            _subsets[key] = TailwindSubset(css.decode("utf-8", "replace"))
-        return _subsets[key]
-
-
-def _strip_comments(text: str) -> str:
-    return re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-
-
-class BrowserUnavailable(RuntimeError):
-    """No Chromium could be found or launched."""
 
 
 @dataclass(frozen=True)
@@ -242,105 +93,11 @@ class RenderResult:
     elapsed_s: float
     clipped: bool = False  # the document was taller than max_height
     requests: tuple[tuple[str, str, str], ...] = field(default=(), repr=False)  # (url, resource type, action)
+    dom: dict | None = field(default=None, repr=False)  # {"page", "blocks"} of sweet/colbench/dom.py, if asked for
 
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-def png_size(png: bytes) -> tuple[int, int]:
-    if len(png) < 24 or png[:8] != b"\x89PNG\r\n\x1a\n":
-        raise ValueError("not a PNG")
-    return struct.unpack(">II", png[16:24])
-
-
-def solid_png(width: int, height: int, rgb: tuple[int, int, int] = PLACEHOLDER_GREY) -> bytes:
-    """A solid-colour RGB PNG, encoded here (no image library needed)."""
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
-    row = b"\x00" + bytes(rgb) * width
-    raw = zlib.compress(row * height, 9)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", raw) + chunk(b"IEND", b""))
-
-
-def placeholder_size(url: str) -> tuple[int, int]:
-    """The size an image URL asks for (placeholder services, unsplash source, picsum), else the default."""
-    path = url.split("://", 1)[-1]
-    size = None
-    for pat in _SIZE_PATTERNS:
-        m = pat.search(path)
-        if m:
-            size = int(m.group(1)), int(m.group(2))
-            break
-    if size is None:
-        w, h = _SIZE_QUERY_W.search(path), _SIZE_QUERY_H.search(path)
-        if w and h:
-            size = int(w.group(1)), int(h.group(1))
-        elif w or h:
-            size = int((w or h).group(1)), int((w or h).group(1))
-    if size is None:
-        m = _SQUARE.search(path)
-        if m:
-            size = int(m.group(1)), int(m.group(1))
-    if size is None or not (size[0] and size[1]):
-        return PLACEHOLDER_DEFAULT
-    return min(size[0], PLACEHOLDER_MAX), min(size[1], PLACEHOLDER_MAX)
-
-
-def rewrite_tailwind_scripts(html: str) -> str:
-    """Replace Tailwind Play CDN / browser-build script tags with a link to the (locally served) v2 stylesheet."""
-    return _TAILWIND_SCRIPT.sub(f'<link rel="stylesheet" href="{TAILWIND_URL}">', html)
-
-
-def find_chromium(executable_path: str | os.PathLike | None = None) -> str | None:
-    """The Chromium to launch: the argument, else $SWEET_CHROMIUM, else Playwright's own browser (returned as None:
-    Playwright finds it itself), else a system Chromium.  Raises BrowserUnavailable when there is none."""
-    explicit = executable_path or os.environ.get("SWEET_CHROMIUM")
-    if explicit:
-        p = Path(explicit)
-        if not (p.is_file() and os.access(p, os.X_OK)):
-            raise BrowserUnavailable(f"Chromium executable {str(p)!r} (from "
-                                     f"{'executable_path' if executable_path else 'SWEET_CHROMIUM'}) is not an "
-                                     "executable file")
-        return str(p)
-    if _playwright_browser_installed():
-        return None
-    found = _system_chromium()
-    if found:
-        return found
-    raise BrowserUnavailable("no Chromium found: run scripts/setup_browser.sh (installs the Debian package "
-                             "'chromium'), or set SWEET_CHROMIUM / pass executable_path")
-
-
-def _system_chromium() -> str | None:
-    # Debian's /usr/bin/chromium is a shell wrapper adding desktop flags; launch the binary itself.
-    if os.access("/usr/lib/chromium/chromium", os.X_OK):
-        return "/usr/lib/chromium/chromium"
-    for name in ("chromium", "chromium-browser", "google-chrome-stable", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-def _playwright_browser_installed() -> bool:
-    """Whether `playwright install chromium` put a browser in its cache (it cannot download on our machines)."""
-    base = Path(os.environ.get("PLAYWRIGHT_BROWSERS_PATH") or Path.home() / ".cache" / "ms-playwright")
-    if not base.is_dir():
-        return False
-    return any((d / "chrome-linux").is_dir() or (d / "chrome-linux64").is_dir()
-               or (d / "chrome-headless-shell-linux64").is_dir()
-               for d in base.glob("chromium*"))
-
-
-def browser_available(executable_path: str | None = None) -> tuple[bool, str]:
-    """(True, path or 'playwright') when a Chromium can be found, else (False, why)."""
-    try:
-        exe = find_chromium(executable_path)
-    except BrowserUnavailable as e:
-        return False, str(e)
-    return True, exe or "playwright"
 
 
 _live: "weakref.WeakSet[Renderer]" = weakref.WeakSet()
@@ -355,47 +112,7 @@ def _close_all() -> None:
             pass
 
 
-_warned_tailwind: set[str] = set()
-_warn_lock = threading.Lock()
-
-
-def _warn_once(key: str, msg: str) -> None:
-    with _warn_lock:
-        if key in _warned_tailwind:
-            return
-        _warned_tailwind.add(key)
-    log.warning(msg)
-    warnings.warn(msg, RuntimeWarning, stacklevel=3)
-
-
-def _frame_of(request):
-    try:
-        return request.frame
-    except Exception:  # noqa: BLE001 - e.g. service-worker requests have no frame
-        return None
-
-
-class _Job:
-    __slots__ = ("url", "html", "served", "requests", "events", "css", "left")
-
-    def __init__(self, url: str, html: str):
-        self.url, self.html, self.served = url, html, False
-        self.left = asyncio.Event()  # the main frame tried to navigate away
-        self.css: bytes | None = None
-        self.requests: list[tuple[str, str, str]] = []
-        self.events: list[str] = []
-
-
-class _Slot:
-    __slots__ = ("ctx", "page", "uses", "job", "generation")
-
-    def __init__(self, ctx, page, generation: int):
-        self.ctx, self.page, self.generation = ctx, page, generation
-        self.uses = 0
-        self.job: _Job | None = None
-
-
-class Renderer:
+class Renderer(_SlotPool):
     """A pooled, offline page renderer; see the module docstring.  Use as a context manager or call close().
 
     >>> with Renderer(pool_size=4) as r:
@@ -452,11 +169,12 @@ class Renderer:
         _live.add(self)
 
     # ---- public API (any thread) -----------------------------------------------------------------------------
-    def render(self, html: str) -> RenderResult:
-        return self.render_many([html])[0]
+    def render(self, html: str, dom: bool = False) -> RenderResult:
+        return self.render_many([html], dom=dom)[0]
 
-    def render_many(self, htmls: Iterable[str]) -> list[RenderResult]:
-        """Render pages concurrently (up to pool_size at once); results in input order."""
+    def render_many(self, htmls: Iterable[str], dom: bool = False) -> list[RenderResult]:
+        """Render pages concurrently (up to pool_size at once); results in input order.  With ``dom=True`` each
+        result also carries the page's blocks (``RenderResult.dom``; None when they could not be read)."""
         htmls = list(htmls)
         if self._closed:
             raise RuntimeError("Renderer is closed")
@@ -464,7 +182,8 @@ class Renderer:
             raise RuntimeError("render() called from the renderer's own thread")
         t0 = time.monotonic()
         starts: list[list[float]] = [[] for _ in htmls]  # set by the job when it gets a slot
-        futs = [asyncio.run_coroutine_threadsafe(self._render(h, st), self._loop) for h, st in zip(htmls, starts)]
+        futs = [asyncio.run_coroutine_threadsafe(self._render(h, st, dom), self._loop)
+                for h, st in zip(htmls, starts)]
         # Every page has its own time limits inside the loop (asyncio.wait_for); this outer guard only covers a
         # loop that stopped running (a job running far past its limits, or no heartbeat), so no call can hang.
         job_limit = 3 * self.timeout_s + 40
@@ -534,20 +253,7 @@ class Renderer:
         await self._launch()
 
     async def _launch(self) -> None:
-        kw = {"headless": True, "args": LAUNCH_ARGS}
-        if self.executable_path:
-            kw["executable_path"] = self.executable_path
-        try:
-            self._browser = await self._pw.chromium.launch(**kw)
-        except Exception as e:
-            system = None if self.executable_path else _system_chromium()
-            if system is None:
-                raise BrowserUnavailable(f"could not launch Chromium ({self.executable_path or 'playwright'}): "
-                                         f"{str(e).splitlines()[0]}") from e
-            log.warning("Playwright's own Chromium did not start (%s); using %s", str(e).splitlines()[0], system)
-            self.executable_path = system  # e.g. only part of Playwright's browsers is installed
-            await self._launch()
-            return
+        self._browser, self.executable_path = await launch_chromium(self._pw, self.executable_path)
         self.launches += 1
         self._generation += 1
         self._idle.clear()
@@ -570,134 +276,6 @@ class Renderer:
             t.cancel()
         await asyncio.gather(*rest, return_exceptions=True)
 
-    # ---- slots -----------------------------------------------------------------------------------------------
-    async def _acquire(self) -> _Slot:
-        async with self._launch_lock:
-            if self._browser is None or not self._browser.is_connected():
-                log.warning("browser is gone; relaunching")
-                await self._launch()
-        while self._idle:
-            slot = self._idle.pop()
-            if slot.generation == self._generation and not slot.page.is_closed():
-                return slot
-        return await self._new_slot()
-
-    async def _new_slot(self) -> _Slot:
-        vw, vh = self.viewport
-        ctx = await self._browser.new_context(
-            viewport={"width": vw, "height": vh}, device_scale_factor=1, java_script_enabled=self.javascript,
-            service_workers="block", accept_downloads=False, locale="en-US", timezone_id="UTC",
-            color_scheme="light", reduced_motion="reduce")
-        ctx.set_default_timeout(self.timeout_s * 1000)
-        page = await ctx.new_page()
-        slot = _Slot(ctx, page, self._generation)
-        self.slots_created += 1
-        await ctx.route("**/*", lambda route: self._route(slot, route))
-        try:
-            await ctx.route_web_socket(re.compile(".*"), lambda ws: self._websocket(slot, ws))
-        except Exception:  # noqa: BLE001 - older Playwright: the dead proxy still stops websockets
-            pass
-        ctx.on("page", lambda p: self._popup(slot, p))
-        page.on("download", lambda d: self._event(slot, "download blocked"))
-        page.on("crash", lambda _p: self._event(slot, "renderer crashed"))
-        return slot
-
-    async def _release(self, slot: _Slot, healthy: bool) -> None:
-        slot.job = None
-        slot.uses += 1
-        if healthy and slot.uses < self.recycle_after and slot.generation == self._generation:
-            self._idle.append(slot)
-        else:
-            self.slots_replaced += 1
-            await self._close_ctx(slot)
-
-    @staticmethod
-    async def _close_ctx(slot: _Slot) -> None:
-        try:
-            await asyncio.wait_for(slot.ctx.close(), 10)
-        except Exception as e:  # noqa: BLE001 - a dead browser is relaunched by the next _acquire
-            log.debug("closing a context: %s", e)
-
-    # ---- event handlers (loop thread) ------------------------------------------------------------------------
-    def _event(self, slot: _Slot, what: str) -> None:
-        if slot.job is not None and what not in slot.job.events:
-            slot.job.events.append(what)
-
-    def _popup(self, slot: _Slot, page) -> None:
-        if page is slot.page:
-            return
-        self._event(slot, "popup blocked")
-        asyncio.ensure_future(self._close_page(page))
-
-    @staticmethod
-    async def _close_page(page) -> None:
-        try:
-            await asyncio.wait_for(page.close(), 10)
-        except Exception:  # noqa: BLE001
-            pass
-
-    def _websocket(self, slot: _Slot, ws) -> None:
-        if slot.job is not None:
-            slot.job.requests.append((ws.url, "websocket", "blocked"))
-        asyncio.ensure_future(self._close_ws(ws))
-
-    @staticmethod
-    async def _close_ws(ws) -> None:
-        try:
-            await ws.close()
-        except Exception:  # noqa: BLE001
-            pass
-
-    async def _route(self, slot: _Slot, route) -> None:
-        req = route.request
-        url, rtype, job = req.url, req.resource_type, slot.job
-        action = "blocked"
-        try:
-            if job is not None and url == job.url and not job.served:
-                job.served, action = True, "page"
-                await route.fulfill(status=200, content_type="text/html; charset=utf-8", body=job.html)
-            elif req.is_navigation_request():
-                action = "navigation blocked"
-                if job is not None:
-                    frame = _frame_of(req)
-                    if frame is None or frame.page is not slot.page:
-                        # A new window: Playwright has no frame for it yet (and no page event: it stays empty).
-                        self._event(slot, "popup blocked")
-                    elif frame == slot.page.main_frame:
-                        self._event(slot, f"navigation blocked: {url[:200]}")
-                        job.left.set()
-                await route.fulfill(status=204, body=b"")
-            elif _TAILWIND_CSS_URL.match(url):
-                if self.tailwind_css is not None:
-                    body = self.tailwind_css
-                    if self._tw_subset is not None and job is not None:
-                        if job.css is None:
-                            job.css = self._tw_subset.subset(job.html)
-                        body = job.css
-                    action = f"tailwind {TAILWIND_VERSION} (local, {len(body)} bytes)"
-                    await route.fulfill(status=200, content_type="text/css; charset=utf-8", body=body)
-                else:
-                    action = "blocked (no local tailwind)"
-                    await route.abort("blockedbyclient")
-            elif rtype == "image":
-                size = placeholder_size(url)
-                action = f"placeholder {size[0]}x{size[1]}"
-                await route.fulfill(status=200, content_type="image/png", body=self._placeholder(size))
-            else:
-                await route.abort("blockedbyclient")
-        except Exception as e:  # noqa: BLE001 - the page may be gone already
-            log.debug("route %s: %s", url, e)
-        if job is not None:
-            job.requests.append((url, rtype, action))
-
-    def _placeholder(self, size: tuple[int, int]) -> bytes:
-        png = self._placeholders.get(size)
-        if png is None:
-            if len(self._placeholders) > 256:
-                self._placeholders.clear()
-            png = self._placeholders[size] = solid_png(*size)
-        return png
-
     # ---- one render (loop thread) ----------------------------------------------------------------------------
     def _failure(self, reason: str, t0: float) -> RenderResult:
         vw, vh = self.viewport
@@ -706,9 +284,9 @@ class Renderer:
             if self._blank is None:
                 self._blank = solid_png(vw, vh, (255, 255, 255))
             png = self._blank
-        return RenderResult(png, reason, vw if png else 0, vh if png else 0, time.monotonic() - t0)
+        return RenderResult(png, reason, vw if png else 0, vh if png else 0, time.monotonic() - t0, dom=None)
 
-    async def _render(self, html: str, started: list[float] | None = None) -> RenderResult:
+    async def _render(self, html: str, started: list[float] | None = None, dom: bool = False) -> RenderResult:
         t0 = time.monotonic()
         if not isinstance(html, str):
             return self._failure(f"html must be a str, got {type(html).__name__}", t0)
@@ -727,7 +305,8 @@ class Renderer:
             job = _Job(f"https://p{next(self._counter)}.{PAGE_HOST}/", html)
             slot.job = job
             try:
-                res, healthy = await asyncio.wait_for(self._render_in(slot, job, t0), 3 * self.timeout_s + 10)
+                # load + probe + capture + dom: at most 3 x timeout_s + 1 s, so this only catches a stuck driver
+                res, healthy = await asyncio.wait_for(self._render_in(slot, job, t0, dom), 3 * self.timeout_s + 10)
             except asyncio.TimeoutError:
                 res = self._failure("render timed out", t0)
             except Exception as e:  # noqa: BLE001
@@ -736,7 +315,7 @@ class Renderer:
                 await self._release(slot, healthy)
             return res
 
-    async def _render_in(self, slot: _Slot, job: _Job, t0: float) -> tuple[RenderResult, bool]:
+    async def _render_in(self, slot: _Slot, job: _Job, t0: float, dom: bool) -> tuple[RenderResult, bool]:
         from playwright.async_api import Error as PWError, TimeoutError as PWTimeout
         page, errors = slot.page, []
         try:
@@ -760,56 +339,25 @@ class Renderer:
             errors.append(f"screenshot failed: {str(e).splitlines()[0]}")
             return self._with(self._failure("; ".join(errors), t0), job), False
         healthy = not errors  # a page that timed out loading is replaced: nothing of it may linger in the pool
+        tree, answered = await self._dom(page) if dom else (None, True)
+        healthy = healthy and answered
         if page.url != job.url:
             errors.append(f"page left its content for {page.url[:200]}")
-            healthy = False
+            healthy, tree = False, None  # the DOM may be another document's
         errors = job.events + errors
         if "renderer crashed" in errors:
             healthy = False
         w, h = png_size(png)
         return RenderResult(png, "; ".join(errors) or None, w, h, time.monotonic() - t0, clipped,
-                            tuple(job.requests)), healthy
-
-    async def _load(self, page, job: _Job) -> None:
-        """Navigate and wait for `load`, or, once the page tried to navigate away (which stops its loading, so
-        `load` may never come), for a short grace: every resource is answered locally, so it is quick."""
-        deadline = time.monotonic() + self.timeout_s
-        await page.goto(job.url, wait_until="commit", timeout=self.timeout_s * 1000)
-        load = asyncio.ensure_future(page.wait_for_load_state("load", timeout=self.timeout_s * 1000))
-        left = asyncio.ensure_future(job.left.wait())
-        try:
-            done, _ = await asyncio.wait({load, left}, timeout=max(0.0, deadline - time.monotonic()),
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if load in done:
-                load.result()
-            elif left in done:
-                await asyncio.wait({load}, timeout=min(0.5, max(0.0, deadline - time.monotonic())))
-            else:
-                raise asyncio.TimeoutError
-        finally:
-            for t in (load, left):
-                if not t.done():
-                    t.cancel()
-            await asyncio.gather(load, left, return_exceptions=True)
-
-    async def _capture(self, page) -> tuple[bytes, bool]:
-        vw, vh = self.viewport
-        full = await page.evaluate(
-            "() => Math.max(document.documentElement ? document.documentElement.scrollHeight : 0,"
-            " document.body ? document.body.scrollHeight : 0)")
-        height = max(vh, min(int(full or 0), self.max_height))
-        png = await page.screenshot(full_page=True, clip={"x": 0, "y": 0, "width": vw, "height": height},
-                                    animations="disabled", caret="hide", type="png",
-                                    timeout=self.timeout_s * 1000)
-        return png, int(full or 0) > self.max_height
+                            tuple(job.requests), tree), healthy
 
     @staticmethod
     def _with(res: RenderResult, job: _Job) -> RenderResult:
         return RenderResult(res.png, "; ".join(job.events + [res.error]) if res.error else None, res.width,
-                            res.height, res.elapsed_s, res.clipped, tuple(job.requests))
+                            res.height, res.elapsed_s, res.clipped, tuple(job.requests), dom=None)
 
 
-def render_pages(htmls: Sequence[str], **kwargs) -> list[RenderResult]:
+def render_pages(htmls: Sequence[str], dom: bool = False, **kwargs) -> list[RenderResult]:
     """One-off helper: a renderer for these pages only (prefer one long-lived Renderer)."""
     with Renderer(**kwargs) as r:
-        return r.render_many(htmls)
+        return r.render_many(htmls, dom=dom)

@@ -14,12 +14,17 @@ from sweet.stages.generate import generate_tasks
 from sweet.stages.pairs import build_preference_pairs
 
 _ROLLOUT = ("sweet.colbench.backend", "sweet.colbench.sandbox", "sweet.agents.hf", "sweet.agents.api",
-            "sweet.stages.collect")
+            "sweet.stages.collect", "sweet.colbench.frontend", "sweet.colbench.frontend_sim", "sweet.colbench.dom",
+            "sweet.colbench.render", "sweet.colbench.similarity")
+# The frontend section only counts in a frontend run's fingerprints (see `pipeline.config_slice`).
+_FAMILY = ("task_family", "frontend")
 
-GENERATE = Stage("generate_tasks", generate_tasks, ("tasks", "api.base_url"),
-                 ("sweet.stages.generate", "sweet.colbench.tasks", "sweet.colbench.official", "sweet.colbench.taskgen"))
+GENERATE = Stage("generate_tasks", generate_tasks, ("task_family", "tasks", "api.base_url"),
+                 ("sweet.stages.generate", "sweet.colbench.tasks", "sweet.colbench.official", "sweet.colbench.taskgen",
+                  "sweet.colbench.frontend_tasks"))
 COLLECT = Stage("collect_trajectories", collect_trajectories,
-                ("models.policy", "models.simulator", "api.base_url", "collect"), _ROLLOUT + ("sweet.colbench.official",))
+                ("models.policy", "models.simulator", "api.base_url", "collect") + _FAMILY,
+                _ROLLOUT + ("sweet.colbench.official",))
 PAIRS = Stage("build_preference_pairs", build_preference_pairs, ("pairs",), ("sweet.stages.pairs",))
 CRITIC = Stage("train_critic", train_critic, ("models.critic_base", "critic"),
                ("sweet.stages.critic", "sweet.algos.critic", "sweet.algos.value_head", "sweet.algos.dialogue"))
@@ -28,7 +33,8 @@ CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates, ("m
                     "sweet.agents.hf"))
 ACTOR = Stage("train_dpo_actor", train_dpo_actor, ("method", "models.policy", "actor"),
               ("sweet.stages.actor", "sweet.algos.actor", "sweet.algos.baselines", "sweet.algos.dialogue"))
-EVALUATE = Stage("evaluate", evaluate, ("method", "models.policy", "models.simulator", "api.base_url", "evaluate"),
+EVALUATE = Stage("evaluate", evaluate, ("method", "models.policy", "models.simulator", "api.base_url", "evaluate")
+                 + _FAMILY,
                  _ROLLOUT + ("sweet.stages.evaluate", "sweet.stages.best_of_n"))
 
 STAGES = [GENERATE, COLLECT, PAIRS, CRITIC, CANDIDATES, ACTOR, EVALUATE]

@@ -18,7 +18,13 @@ def train_dpo_actor(cfg, out: Path, data_dir: str) -> dict:
     if cfg.method == "rft":
         from sweet.algos.baselines import train_rft
         trajs = read_rows(Path(data_dir) / "trajectories.parquet")
-        kept = [{"messages": loads(t["messages"])} for t in trajs if t["reward"] >= cfg.actor.rft_min_reward]
+        kept = [t for t in trajs if t["reward"] >= cfg.actor.rft_min_reward]
+        if cfg.actor.rft_best_per_task:
+            best = {}
+            for t in sorted(kept, key=lambda t: (-t["reward"], t["sample_idx"])):
+                best.setdefault(t["task_id"], t)
+            kept = list(best.values())
+        kept = [{"messages": loads(t["messages"])} for t in kept]
         if not kept:
             best = max((t["reward"] for t in trajs), default=0.0)
             raise ValueError(f"rft: no trajectory in {data_dir} reaches actor.rft_min_reward="

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweet.colbench.tasks import Task
-
 
 class BestOfN:
     """A policy backend (same `generate` as ChatLM) that returns, per conversation, the critic's best of N samples."""
@@ -30,17 +28,16 @@ class BestOfN:
         return out
 
 
-def load_best_of_n(cfg, critic_dir: Path, tasks: list[Task]):
+def load_best_of_n(cfg, critic_dir: Path, tasks: list):
     """(BestOfN policy, simulator) for the evaluate stage."""
     from sweet.algos.critic import load_any_critic
-    from sweet.colbench.backend import Episode
     from sweet.stages.candidates import critic_flags
-    from sweet.stages.collect import load_chat_models
+    from sweet.stages.collect import load_chat_models, new_episode
 
     e = cfg.evaluate
     policy, simulator = load_chat_models(cfg, cfg.models.policy, batch=e.batch_episodes)
     # Conversations are matched to their task by the first (prompt) message, which holds the task description.
-    info = {Episode(t, 0, e.max_turns, mode=mode).messages[0]["content"]: t.ground_truth
+    info = {new_episode(cfg, t, 0, e.max_turns, mode=mode).messages[0]["content"]: t.ground_truth
             for t in tasks for mode in e.modes}
     critic = load_any_critic(critic_dir, policy.device)
     return BestOfN(policy, critic, info, e.best_of_n, e.best_of_n_temperature, critic_flags(cfg)), simulator

@@ -11,16 +11,57 @@ import statistics
 from pathlib import Path
 
 from sweet.agents import load_chat
-from sweet.colbench.backend import ANSWER_MARK, Episode, rollout
+from sweet.colbench import backend, frontend
+from sweet.colbench.backend import ANSWER_MARK
+from sweet.colbench.frontend_tasks import FrontendTask
 from sweet.colbench.tasks import Task
 from sweet.store import dumps, loads, read_rows, read_shards, write_rows
+
+
+# ---- the two ColBench families, behind a few functions ----------------------------------------------------------
+def load_task_pool(cfg) -> list:
+    """Every task of `tasks.source` in the configured family (both splits)."""
+    if cfg.task_family == "frontend":
+        from sweet.colbench.frontend_tasks import load_frontend_tasks
+        return load_frontend_tasks(cfg.tasks.source)
+    from sweet.colbench.tasks import load_tasks
+    return load_tasks(cfg.tasks.source, first_n_test=cfg.tasks.first_n_test)
+
+
+def task_from_row(cfg, row: dict):
+    return FrontendTask(**{k: row[k] for k in ("task_id", "split", "problem_description", "ground_truth")}) \
+        if cfg.task_family == "frontend" else Task(**row)
+
+
+def new_episode(cfg, task, sample_idx: int, max_turns: int, mode: str = "multi_turn"):
+    cls = frontend.FrontendEpisode if cfg.task_family == "frontend" else backend.Episode
+    return cls(task, sample_idx, max_turns, mode=mode)
+
+
+def run_rollout(cfg, episodes, policy, simulator, **kw):
+    """Backend: `simulator` is a chat model. Frontend: it is a `FrontendEnv` (renderer, similarity, simulator)."""
+    return (frontend.rollout if cfg.task_family == "frontend" else backend.rollout)(episodes, policy, simulator, **kw)
+
+
+def frontend_env(cfg):
+    """Renderer + page similarity + simulator of a frontend run (one browser per stage)."""
+    from sweet.colbench.frontend_sim import make_simulator
+    from sweet.colbench.render import Renderer
+    from sweet.colbench.similarity import make_similarity
+
+    f = cfg.frontend
+    # A page that fails to render gives no screenshot (scored as a black image, as the official evaluation does).
+    renderer = Renderer(pool_size=f.pool_size, viewport=(f.viewport_width, f.viewport_height), timeout_s=f.timeout_s,
+                        javascript=f.javascript, executable_path=f.chromium or None, blank_on_failure=False)
+    return frontend.FrontendEnv(renderer, make_similarity(f.similarity), make_simulator(f.simulator, cfg),
+                                f.sim_reply_chars)
 
 
 def shard_name(task_id: str, sample_idx: int) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{task_id}__{sample_idx}") + ".parquet"
 
 
-def episode_row(e: Episode, **extra) -> dict:
+def episode_row(e, **extra) -> dict:
     return {
         "traj_id": f"{e.task.task_id}__{e.sample_idx}",
         "task_id": e.task.task_id,
@@ -30,20 +71,32 @@ def episode_row(e: Episode, **extra) -> dict:
         "reward": float(e.reward),
         "success": bool(e.success),
         "tests_passed": int(e.tests_passed),
-        "tests_total": len(e.task.test_cases),
+        "tests_total": len(getattr(e.task, "test_cases", ())),
         "n_turns": e.n_turns,
         "error": e.error,
         "training_info": e.task.ground_truth,
+        "metric": getattr(e, "metric", "") or "tests passed",
         **extra,
     }
 
 
 def load_chat_models(cfg, policy_ref: str, adapter=None, batch: int = 16):
-    """Policy and simulator; one model serves both when they are the same plain checkpoint."""
+    """Policy and simulator; one model serves both when they are the same plain checkpoint. Frontend: the
+    simulator is a `FrontendEnv`."""
     policy = load_chat(policy_ref, cfg, batch=batch, adapter=adapter)
+    if cfg.task_family == "frontend":
+        return policy, frontend_env(cfg)
     if adapter is None and cfg.models.simulator == policy_ref:
         return policy, policy
     return policy, load_chat(cfg.models.simulator, cfg, batch=batch)
+
+
+def close_models(*models) -> None:
+    """Release what holds a process or a connection (a browser, an HTTP client); torch models are just dropped."""
+    for m in models:
+        close = getattr(m, "close", None)
+        if close is not None:
+            close()
 
 
 def used_marker(traj: dict) -> bool:
@@ -86,19 +139,23 @@ def collect_trajectories(cfg, out: Path, tasks_dir: str) -> dict:
     if c.offline_path:
         trajs = sorted(import_offline(cfg, out), key=lambda r: (r["task_id"], r["sample_idx"]))
         return _finish(out, trajs, resumed=0)
-    tasks = [Task(**r) for r in read_rows(Path(tasks_dir) / "tasks.parquet") if r["split"] == "train"]
+    tasks = [task_from_row(cfg, r) for r in read_rows(Path(tasks_dir) / "tasks.parquet") if r["split"] == "train"]
     shards = out / "shards"
-    todo = [Episode(t, i, c.max_turns) for t in tasks for i in range(c.k)
+    todo = [new_episode(cfg, t, i, c.max_turns) for t in tasks for i in range(c.k)
             if not (shards / shard_name(t.task_id, i)).exists()]
     if todo:
         policy, simulator = load_chat_models(cfg, cfg.models.policy, batch=c.batch_episodes)
 
-        def save(done: list[Episode]) -> None:
+        def save(done: list) -> None:
             for e in done:
                 write_rows([episode_row(e)], shards / shard_name(e.task.task_id, e.sample_idx))
 
-        rollout(todo, policy, simulator, max_new_tokens=c.max_new_tokens, sim_max_new_tokens=c.sim_max_new_tokens,
-                temperature=c.temperature, seed=c.seed, on_done=save, desc="collect")
+        try:
+            run_rollout(cfg, todo, policy, simulator, max_new_tokens=c.max_new_tokens,
+                        sim_max_new_tokens=c.sim_max_new_tokens, temperature=c.temperature, seed=c.seed,
+                        on_done=save, desc="collect")
+        finally:
+            close_models(policy, simulator)
     trajs = sorted(read_shards(shards), key=lambda r: (r["task_id"], r["sample_idx"]))
     return _finish(out, trajs, resumed=len(trajs) - len(todo))
 

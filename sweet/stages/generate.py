@@ -1,4 +1,4 @@
-"""Stage 1 — generate tasks: pick the train and held-out backend tasks of this experiment.
+"""Stage 1 — generate tasks: pick the train and held-out tasks of this experiment (backend or frontend family).
 
 With `tasks.generator` set, an LLM first writes new tasks from seed texts, as in the paper (a reference function,
 a description with its signature, 10 test calls); only tasks whose reference runs all its tests in the sandbox
@@ -22,7 +22,8 @@ def generate_tasks(cfg, out: Path) -> dict:
         pool, stats = _generate(cfg, out)
         summary |= {f"generation/{k}": v for k, v in stats.items() if isinstance(v, (int, float))}
     else:
-        pool = load_tasks(t.source, first_n_test=t.first_n_test)
+        from sweet.stages.collect import load_task_pool
+        pool = load_task_pool(cfg)
     tasks = select_tasks(pool, t.n_train, t.n_test, t.seed)
     write_rows([x.to_row() for x in tasks], out / "tasks.parquet")
     return summary | {"n_train": sum(x.split == "train" for x in tasks), "n_test": sum(x.split == "test" for x in tasks)}

@@ -1,0 +1,204 @@
+"""Frontend ColBench episodes: the agent writes HTML, a simulator that sees both pages tells it what differs.
+
+The protocol of the released environment (`HumanDesignInteractionEnv`):
+* each agent turn may carry one HTML snippet (`<html ...>...</html>`, else `<body ...>...</body>`); it is rendered,
+  and the latest rendered snippet is the episode's answer;
+* the simulator sees no dialogue history: only its instructions, the page the agent rendered *this turn* (or the
+  note that it rendered nothing) and the reference page; it replies at temperature 0, cut at 1,000 characters;
+* the episode ends when the agent writes `I WANT TO ANSWER:` or after `max_turns` agent turns;
+* reward = image similarity of the final page and the reference page (CLIP in the paper; the metric's name is
+  stored with every score). No snippet at all is scored as a black image, as in the official evaluation.
+One deviation: a snippet cut off by the token limit (`<html` without `</html>`) is still rendered, as a browser
+would; the official regex would drop it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tqdm.auto import tqdm
+
+from sweet.agents.api import GenerationFailure
+from sweet.colbench.backend import ANSWER_MARK, GENERATION_FAILED, MAX_TURNS, MODES, _failed
+from sweet.colbench.frontend_tasks import FrontendTask
+
+SIM_REPLY_CHARS = 1000
+
+AGENT_PROMPT = (
+    "You are a web developer building one web page for a user with HTML and Tailwind CSS classes. The description "
+    "below is short; the user has a precise design in mind (layout, colours, sizes, texts). You have at most "
+    "{max_turns} turns. In each turn you may show the user a draft: one complete page in a single "
+    "<html>...</html> block (load Tailwind with <link href=\"https://cdn.jsdelivr.net/npm/tailwindcss@2.2.19/dist/"
+    "tailwind.min.css\" rel=\"stylesheet\">). The user sees your draft rendered next to the page they want and "
+    "tells you what differs. Ask what you need, improve your draft each turn; your last turn is your final answer.\n"
+    f"When you are done, write {ANSWER_MARK} followed by the final <html>...</html> page, and nothing after it.\n\n"
+    "Description:\n{problem}"
+)
+SINGLE_TURN_PROMPT = (
+    "You are a web developer building one web page for a user with HTML and Tailwind CSS classes. You cannot ask "
+    "questions: write the complete page now, choosing layout and colours that fit the description.\n"
+    f"Write {ANSWER_MARK} followed by the page in a single <html>...</html> block (load Tailwind with <link href="
+    "\"https://cdn.jsdelivr.net/npm/tailwindcss@2.2.19/dist/tailwind.min.css\" rel=\"stylesheet\">), and nothing "
+    "after it.\n\nDescription:\n{problem}"
+)
+LAST_TURN_NOTE = f"\n\n(This is your last turn: reply with {ANSWER_MARK} and your final <html>...</html> page.)"
+NO_PAGE = "The agent did not provide any visualization."
+
+
+@dataclass
+class FrontendEpisode:
+    task: FrontendTask
+    sample_idx: int
+    max_turns: int
+    messages: list[dict] = field(default_factory=list)
+    answer: str | None = None  # the latest rendered HTML snippet
+    done: bool = False
+    reward: float = 0.0
+    success: bool = False  # no notion of success on the frontend; kept for one row schema across families
+    tests_passed: int = 0
+    error: str | None = None
+    mode: str = "multi_turn"
+    metric: str = ""
+    answer_render: object = None  # RenderResult of `answer` (not stored in rows)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {MODES}")
+        if not 1 <= self.max_turns <= MAX_TURNS:
+            raise ValueError(f"max_turns must be between 1 and {MAX_TURNS} (the ColBench protocol), got {self.max_turns}")
+        if self.mode == "single_turn":
+            self.max_turns = 1
+        if not self.messages:
+            if self.mode == "single_turn":
+                prompt = SINGLE_TURN_PROMPT.format(problem=self.task.problem_description)
+            else:
+                prompt = AGENT_PROMPT.format(max_turns=self.max_turns, problem=self.task.problem_description)
+                prompt += LAST_TURN_NOTE if self.max_turns == 1 else ""
+            self.messages = [{"role": "user", "content": prompt}]
+
+    @property
+    def n_turns(self) -> int:
+        return sum(m["role"] == "assistant" for m in self.messages)
+
+
+_HTML = re.compile(r"<html\b.*?</html\s*>", re.I | re.S)
+_BODY = re.compile(r"<body\b.*?</body\s*>", re.I | re.S)
+_OPEN = re.compile(r"<html\b|<body\b|<!doctype html", re.I)
+
+
+def extract_html(text: str) -> str | None:
+    """The turn's HTML snippet: the first <html>...</html>, else <body>...</body>, else an unterminated page."""
+    for pattern in (_HTML, _BODY):
+        m = pattern.search(text)
+        if m:
+            return m.group(0)
+    m = _OPEN.search(text)
+    return text[m.start():].split("```", 1)[0].strip() if m else None
+
+
+class FrontendEnv:
+    """What the frontend episodes need besides the policy: a renderer, a page similarity and a simulator.
+    Reference pages are rendered once per task and kept."""
+
+    def __init__(self, renderer, similarity, simulator, sim_reply_chars: int = SIM_REPLY_CHARS):
+        self.renderer, self.similarity, self.simulator = renderer, similarity, simulator
+        self.sim_reply_chars = sim_reply_chars
+        self._refs: dict[str, object] = {}
+        self.name = getattr(simulator, "name", type(simulator).__name__)
+
+    def references(self, tasks: list[FrontendTask]) -> list:
+        todo = {t.task_id: t.ground_truth for t in tasks if t.task_id not in self._refs}
+        if todo:
+            for tid, res in zip(todo, self.renderer.render_many(list(todo.values()), dom=self.simulator.needs_dom)):
+                self._refs[tid] = res
+        return [self._refs[t.task_id] for t in tasks]
+
+    def render(self, htmls: list[str]) -> list:
+        return self.renderer.render_many(htmls, dom=self.simulator.needs_dom) if htmls else []
+
+    def score(self, episodes: list[FrontendEpisode]) -> None:
+        """Similarity of each final page to its reference; an episode that ended on a failed generation keeps 0."""
+        todo = [e for e in episodes if not (e.error or "").startswith(GENERATION_FAILED)]
+        refs = self.references([e.task for e in todo])
+        pairs = [(_png(e.answer_render), _png(r)) for e, r in zip(todo, refs)]
+        for e, s in zip(todo, self.similarity.score_many(pairs) if pairs else []):
+            e.reward = float(s)
+            if e.answer is None:
+                e.error = "no page: the agent never wrote an <html> snippet"
+            elif getattr(e.answer_render, "error", None):
+                e.error = f"page: {e.answer_render.error}"[:300]
+        for e in episodes:
+            e.metric = self.similarity.metric
+
+    def replies(self, items: list[tuple[FrontendEpisode, object]], max_new_tokens: int) -> list:
+        """One simulator reply per (episode, this turn's render or None)."""
+        refs = self.references([e.task for e, _ in items])
+        out = self.simulator.reply([(e.task, r, ref) for (e, r), ref in zip(items, refs)], max_new_tokens)
+        return [r if r is None or isinstance(r, GenerationFailure) else (r.strip() or "I don't know.")[
+            :self.sim_reply_chars] for r in out]
+
+    def close(self) -> None:
+        self.renderer.close()
+        close = getattr(self.simulator, "close", None)
+        if close:
+            close()
+
+
+def _png(res):
+    """The screenshot of a render, or None (scored as a black image) when nothing could be rendered."""
+    return getattr(res, "png", None) if res is not None and getattr(res, "png", None) else None
+
+
+def rollout(episodes: list[FrontendEpisode], policy, env: FrontendEnv, *, max_new_tokens: int,
+            sim_max_new_tokens: int, temperature: float, seed: int = 0,
+            on_done: Callable[[list[FrontendEpisode]], None] | None = None, desc: str = "episodes"):
+    """Advance all episodes turn by turn (one batched generate per turn, one batched render, one batched simulator
+    call); `on_done` receives each turn's finished, scored episodes."""
+    bar = tqdm(total=len(episodes), desc=desc, unit="ep")
+    live = [e for e in episodes if not e.done]
+    env.references([e.task for e in live])
+    turn = 0
+    while live:
+        bar.set_postfix_str(f"turn {turn + 1}, {len(live)} live")
+        final = [e.n_turns + 1 >= e.max_turns for e in live]
+        actions = policy.generate([e.messages for e in live], max_new_tokens, temperature, seed=seed + turn)
+        finished, shown = [], {}
+        snippets = []
+        for e, action, last in zip(live, actions, final):
+            if _failed(e, "agent", action):
+                finished.append(e)
+                continue
+            e.messages.append({"role": "assistant", "content": action})
+            html = extract_html(action)
+            if html is not None:
+                snippets.append((e, html))
+            if ANSWER_MARK.lower() in action.lower() or last:
+                e.done = True
+                finished.append(e)
+        for (e, html), res in zip(snippets, env.render([h for _, h in snippets])):
+            e.answer, e.answer_render, shown[id(e)] = html, res, res
+        if finished:
+            env.score(finished)
+            if on_done:
+                on_done(finished)
+            bar.update(len(finished))
+        live = [e for e in live if not e.done]
+        if live:
+            replies = env.replies([(e, shown.get(id(e))) for e in live], sim_max_new_tokens)
+            lost = []
+            for e, reply in zip(live, replies):
+                if _failed(e, "simulator", reply):
+                    lost.append(e)
+                    continue
+                note = LAST_TURN_NOTE if e.n_turns + 1 >= e.max_turns else ""
+                e.messages.append({"role": "user", "content": reply + note})
+            if lost:
+                if on_done:
+                    on_done(lost)
+                bar.update(len(lost))
+                live = [e for e in live if not e.done]
+        turn += 1
+    bar.close()
+    return episodes
