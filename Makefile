@@ -18,6 +18,7 @@ export PREFECT_LOCAL_STORAGE_PATH := $(CURDIR)/artifacts/.prefect-results
 help:
 	@echo "make run   [PROFILE=tiny|micro] [SET='collect.k=8 ...']  run the sweet-rl flow end to end"
 	@echo "make compare [PROFILE=tiny]        every method (SWEET-RL, baselines, ablations) on the same data, one table"
+	@echo "make run SET='task_family=frontend'                      the frontend family (web pages, browser set up first)"
 	@echo "make test                                                install and run the test suite"
 	@echo "make serve / make stop                                   Prefect server + worker + deployments + MLflow UI on 127.0.0.1"
 
@@ -28,10 +29,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
-run: $(STAMP)
+# The browser set-up runs only when the run needs it (SET='task_family=frontend').
+run: $(STAMP) $(if $(findstring task_family=frontend,$(SET)),setup-browser)
 	$(VENV)/bin/sweet run --profile $(PROFILE) $(foreach s,$(SET),--set $(s))
 
-compare: $(STAMP)
+compare: $(STAMP) $(if $(findstring task_family=frontend,$(SET)),setup-browser)
 	$(VENV)/bin/sweet compare --profile $(PROFILE) $(foreach s,$(SET),--set $(s))
 
 # Chromium (apt, when root and missing) and a local Tailwind copy for the frontend renderer; idempotent.

@@ -89,7 +89,9 @@ def test_vision_simulator_sends_two_data_url_images_at_temperature_zero(openai_s
     e.messages += [{"role": "assistant", "content": "earlier turn"}, {"role": "user", "content": "earlier reply"}]
     replies = env.replies([(e, ref), (e, None)], max_new_tokens=64)
     assert all(len(r) == F.SIM_REPLY_CHARS for r in replies)
-    first, second = (r["json"] for r in openai_server.requests)
+    # Requests run concurrently: tell them apart by how many images they carry.
+    first, second = sorted((r["json"] for r in openai_server.requests),
+                           key=lambda b: -sum(c["type"] == "image_url" for c in b["messages"][0]["content"]))
     for body in (first, second):
         assert body["temperature"] == 0.0 and len(body["messages"]) == 1  # no dialogue history
         content = body["messages"][0]["content"]

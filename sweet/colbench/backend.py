@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, ClassVar
 
 from tqdm.auto import tqdm
 
@@ -72,6 +72,10 @@ class Episode:
     tests_passed: int = 0
     error: str | None = None
     mode: str = "multi_turn"
+    # The family's prompts (class attributes, not fields): the frontend episode swaps these.
+    PROMPT: ClassVar[str] = AGENT_PROMPT
+    SINGLE_PROMPT: ClassVar[str] = SINGLE_TURN_PROMPT
+    LAST_NOTE: ClassVar[str] = LAST_TURN_NOTE
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -82,10 +86,10 @@ class Episode:
             self.max_turns = 1
         if not self.messages:
             if self.mode == "single_turn":
-                prompt = SINGLE_TURN_PROMPT.format(problem=self.task.problem_description)
+                prompt = self.SINGLE_PROMPT.format(problem=self.task.problem_description)
             else:
-                prompt = AGENT_PROMPT.format(max_turns=self.max_turns, problem=self.task.problem_description)
-                prompt += LAST_TURN_NOTE if self.max_turns == 1 else ""
+                prompt = self.PROMPT.format(max_turns=self.max_turns, problem=self.task.problem_description)
+                prompt += self.LAST_NOTE if self.max_turns == 1 else ""
             self.messages = [{"role": "user", "content": prompt}]
 
     @property
@@ -145,6 +149,33 @@ def _failed(e: Episode, who: str, reply) -> bool:
     return True
 
 
+def finish_turn(live: list, finished: list, score_fn, on_done, bar) -> list:
+    """Score the episodes that ended this turn, hand them to `on_done`; returns those still going."""
+    if finished:
+        score_fn(finished)
+        if on_done:
+            on_done(finished)
+        bar.update(len(finished))
+    return [e for e in live if not e.done]
+
+
+def add_replies(live: list, replies: list, on_done, bar) -> list:
+    """Append each simulator reply (plus the last-turn note when due); a failed reply ends its episode unscored.
+    Returns the episodes still going."""
+    lost = []
+    for e, reply in zip(live, replies):
+        if _failed(e, "simulator", reply):
+            lost.append(e)
+            continue
+        note = e.LAST_NOTE if e.n_turns + 1 >= e.max_turns else ""
+        e.messages.append({"role": "user", "content": reply + note})
+    if lost:
+        if on_done:
+            on_done(lost)
+        bar.update(len(lost))
+    return [e for e in live if not e.done]
+
+
 def rollout(episodes: list[Episode], policy, simulator, *, max_new_tokens: int, sim_max_new_tokens: int,
             temperature: float, seed: int = 0, on_done: Callable[[list[Episode]], None] | None = None,
             desc: str = "episodes") -> list[Episode]:
@@ -166,27 +197,12 @@ def rollout(episodes: list[Episode], policy, simulator, *, max_new_tokens: int, 
             if answer is not None:
                 e.answer, e.done = answer, True
                 finished.append(e)
-        if finished:
-            score(finished)
-            if on_done:
-                on_done(finished)
-            bar.update(len(finished))
-        live = [e for e in live if not e.done]
+        live = finish_turn(live, finished, score, on_done, bar)
         if live:
             # The simulator decodes greedily (temperature 0), as in the paper.
             replies = simulator.generate([e.simulator_view() for e in live], sim_max_new_tokens, 0.0)
-            lost = []
-            for e, reply in zip(live, replies):
-                if _failed(e, "simulator", reply):
-                    lost.append(e)
-                    continue
-                note = LAST_TURN_NOTE if e.n_turns + 1 >= e.max_turns else ""
-                e.messages.append({"role": "user", "content": clean_reply(reply) + note})
-            if lost:
-                if on_done:
-                    on_done(lost)
-                bar.update(len(lost))
-                live = [e for e in live if not e.done]
+            live = add_replies(live, [r if isinstance(r, GenerationFailure) or r is None else clean_reply(r)
+                                      for r in replies], on_done, bar)
         turn += 1
     bar.close()
     return episodes

@@ -28,11 +28,12 @@ def read_tasks(path: Path) -> dict[str, tuple[str, list[str]]]:
     return tasks
 
 
-def read_answers(path: Path, tasks: dict) -> list[tuple[str, str]]:
+def read_answers(path: Path, tasks: dict, what: str = "<python code>") -> list[tuple[str, str]]:
+    """(task_id, answer) per row, in file order; every id must be one of `tasks` (shared with eval-frontend)."""
     answers = []
     for row, rec in iter_jsonl(path):
         if "task_id" not in rec or not isinstance(rec.get("answer"), str):
-            raise ValueError(f"{path}: row {row}: expected {{\"task_id\": ..., \"answer\": \"<python code>\"}}")
+            raise ValueError(f"{path}: row {row}: expected {{\"task_id\": ..., \"answer\": \"{what}\"}}")
         tid = str(rec["task_id"])
         if tid not in tasks:
             raise ValueError(f"{path}: row {row}: task_id {tid!r} is not in the tasks file")
@@ -40,7 +41,8 @@ def read_answers(path: Path, tasks: dict) -> list[tuple[str, str]]:
     return answers
 
 
-def eval_backend(tasks_path: str, answers_path: str, workers: int | None = None, timeout_s: float = 2.0, out=sys.stdout) -> int:
+def eval_backend(tasks_path: str, answers_path: str, workers: int | None = None, timeout_s: float = 2.0, out=None) -> int:
+    out = out or sys.stdout  # looked up per call: a default bound at import time outlives a redirected stdout
     tasks = read_tasks(Path(tasks_path))
     answers = read_answers(Path(answers_path), tasks)
     reports = evaluate_many([(a, *tasks[tid]) for tid, a in answers], workers=workers, timeout_s=timeout_s)

@@ -13,6 +13,7 @@ import re
 import sys
 from pathlib import Path
 
+from sweet.colbench.eval_cli import read_answers
 from sweet.store import iter_jsonl
 
 
@@ -31,29 +32,18 @@ def read_pages(path: Path) -> dict[str, str]:
     return pages
 
 
-def read_answers(path: Path, tasks: dict) -> list[tuple[str, str]]:
-    answers = []
-    for row, rec in iter_jsonl(path):
-        if "task_id" not in rec or not isinstance(rec.get("answer"), str):
-            raise ValueError(f"{path}: row {row}: expected {{\"task_id\": ..., \"answer\": \"<html>\"}}")
-        tid = str(rec["task_id"])
-        if tid not in tasks:
-            raise ValueError(f"{path}: row {row}: task_id {tid!r} is not in the tasks file")
-        answers.append((tid, rec["answer"]))
-    return answers
-
-
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80]
 
 
 def eval_frontend(tasks_path: str, answers_path: str, screenshots: str | None = None, similarity: str = "pixel",
-                  timeout_s: float = 10.0, pool_size: int = 4, javascript: bool = False, out=sys.stdout) -> int:
+                  timeout_s: float = 10.0, pool_size: int = 4, javascript: bool = False, out=None) -> int:
+    out = out or sys.stdout  # looked up per call: a default bound at import time outlives a redirected stdout
     from sweet.colbench.render import Renderer
     from sweet.colbench.similarity import make_similarity
 
     tasks = read_pages(Path(tasks_path))
-    answers = read_answers(Path(answers_path), tasks)
+    answers = read_answers(Path(answers_path), tasks, what="<html>")
     sim = make_similarity(similarity)
     ref_ids = sorted({tid for tid, _ in answers})
     with Renderer(pool_size=pool_size, timeout_s=timeout_s, javascript=javascript, blank_on_failure=False) as r:

@@ -15,13 +15,13 @@ would; the official regex would drop it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, ClassVar
 
 from tqdm.auto import tqdm
 
 from sweet.agents.api import GenerationFailure
-from sweet.colbench.backend import ANSWER_MARK, GENERATION_FAILED, MAX_TURNS, MODES, _failed
+from sweet.colbench.backend import ANSWER_MARK, GENERATION_FAILED, Episode, _failed, add_replies, finish_turn
 from sweet.colbench.frontend_tasks import FrontendTask
 
 SIM_REPLY_CHARS = 1000
@@ -48,39 +48,15 @@ NO_PAGE = "The agent did not provide any visualization."
 
 
 @dataclass
-class FrontendEpisode:
+class FrontendEpisode(Episode):
+    """A backend `Episode`'s turn bookkeeping with the frontend's prompts; `answer` is the latest rendered snippet."""
     task: FrontendTask
-    sample_idx: int
-    max_turns: int
-    messages: list[dict] = field(default_factory=list)
-    answer: str | None = None  # the latest rendered HTML snippet
-    done: bool = False
-    reward: float = 0.0
-    success: bool = False  # no notion of success on the frontend; kept for one row schema across families
-    tests_passed: int = 0
-    error: str | None = None
-    mode: str = "multi_turn"
     metric: str = ""
     answer_render: object = None  # RenderResult of `answer` (not stored in rows)
-
-    def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"unknown mode {self.mode!r}; choose one of {MODES}")
-        if not 1 <= self.max_turns <= MAX_TURNS:
-            raise ValueError(f"max_turns must be between 1 and {MAX_TURNS} (the ColBench protocol), got {self.max_turns}")
-        if self.mode == "single_turn":
-            self.max_turns = 1
-        if not self.messages:
-            if self.mode == "single_turn":
-                prompt = SINGLE_TURN_PROMPT.format(problem=self.task.problem_description)
-            else:
-                prompt = AGENT_PROMPT.format(max_turns=self.max_turns, problem=self.task.problem_description)
-                prompt += LAST_TURN_NOTE if self.max_turns == 1 else ""
-            self.messages = [{"role": "user", "content": prompt}]
-
-    @property
-    def n_turns(self) -> int:
-        return sum(m["role"] == "assistant" for m in self.messages)
+    # success / tests_passed stay False / 0: no page "succeeds"; kept for one row schema across families.
+    PROMPT: ClassVar[str] = AGENT_PROMPT
+    SINGLE_PROMPT: ClassVar[str] = SINGLE_TURN_PROMPT
+    LAST_NOTE: ClassVar[str] = LAST_TURN_NOTE
 
 
 _HTML = re.compile(r"<html\b.*?</html\s*>", re.I | re.S)
@@ -179,26 +155,9 @@ def rollout(episodes: list[FrontendEpisode], policy, env: FrontendEnv, *, max_ne
                 finished.append(e)
         for (e, html), res in zip(snippets, env.render([h for _, h in snippets])):
             e.answer, e.answer_render, shown[id(e)] = html, res, res
-        if finished:
-            env.score(finished)
-            if on_done:
-                on_done(finished)
-            bar.update(len(finished))
-        live = [e for e in live if not e.done]
+        live = finish_turn(live, finished, env.score, on_done, bar)
         if live:
-            replies = env.replies([(e, shown.get(id(e))) for e in live], sim_max_new_tokens)
-            lost = []
-            for e, reply in zip(live, replies):
-                if _failed(e, "simulator", reply):
-                    lost.append(e)
-                    continue
-                note = LAST_TURN_NOTE if e.n_turns + 1 >= e.max_turns else ""
-                e.messages.append({"role": "user", "content": reply + note})
-            if lost:
-                if on_done:
-                    on_done(lost)
-                bar.update(len(lost))
-                live = [e for e in live if not e.done]
+            live = add_replies(live, env.replies([(e, shown.get(id(e))) for e in live], sim_max_new_tokens), on_done, bar)
         turn += 1
     bar.close()
     return episodes
