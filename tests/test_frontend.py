@@ -3,7 +3,7 @@ with a real Chromium (skipped with the reason when none is found; scripts/setup_
 from __future__ import annotations
 
 import base64
-import io
+import json
 
 import pytest
 from PIL import Image
@@ -166,3 +166,23 @@ def test_bundled_reference_pages_render_and_describe(env):
     assert len(text) > 40 and "<" not in text
     # The two pages differ, so the simulator has something to say about one judged against the other.
     assert S.describe_differences(refs[1].dom, refs[0].dom) != "That looks very close to what I want."
+
+
+@needs_browser
+def test_cli_evaluate_frontend_with_api_agents_and_win_rate(tmp_path, openai_server, capsys):
+    """`sweet evaluate --set task_family=frontend`: two API agents (the stub stands for e.g. GPT-4o), one that
+    answers with the reference page and one with a draft; the table gives similarity and win rate vs the second."""
+    from sweet.cli import main
+
+    tasks = tmp_path / "pages.jsonl"
+    tasks.write_text("".join(json.dumps({"task_id": f"p{i}", "split": "test", "ground_truth": REF,
+                                         "problem_description": f"A bakery page {i}."}) + "\n" for i in range(2)))
+    openai_server.responder = lambda req: f"{F.ANSWER_MARK}\n" + (REF if req["model"] == "good" else DRAFT)
+    sets = [f"artifacts_dir={tmp_path}", f"mlflow_uri=sqlite:///{tmp_path}/m.db", "task_family=frontend",
+            f"tasks.source={tasks}", f"api.base_url={openai_server.base_url}", "frontend.win_rate_baseline=draft"]
+    argv = ["evaluate", "--profile", "micro", "--agent", "api:good", "--agent", "api:draft"]
+    assert main(argv + [x for s in sets for x in ("--set", s)]) == 0
+    out = capsys.readouterr().out
+    assert "similarity (pixel-ssim+edges+colour-256)" in out and "win rate vs draft" in out
+    good = next(line for line in out.splitlines() if line.startswith("| good |"))
+    assert "| 100.0 [" in good  # the reference page wins on every task
