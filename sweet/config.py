@@ -1,7 +1,8 @@
 """Experiment configuration: one pydantic model per stage, gathered in `PipelineConfig`.
 
 Prefect renders these models as the form of a deployment run in its UI, so every field has a description.
-Profiles (`tiny`, `micro`) are partial overrides applied on top of the defaults.
+Profiles (`tiny`, `micro`, and the paper's `paper-backend` / `paper-frontend` from `sweet.paper_profiles`) are
+partial overrides applied on top of the defaults.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sweet.paper_profiles import PAPER_PROFILES, with_simulator_url
 
 QWEN_CODER_05B = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
 SMOLLM2_135M = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -170,6 +173,51 @@ class FrontendConfig(_Cfg):
                                    "evaluate.agents and set this to 'gpt-4o').")
 
 
+# Accelerate configs shipped in configs/accelerate/ (next to the package in a source checkout).
+ACCELERATE_CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "accelerate"
+SHIPPED_ACCELERATE = ("zero3", "fsdp")
+
+
+def accelerate_config_path(name: str) -> Path:
+    """'zero3' / 'fsdp' -> the shipped YAML; anything else is a path to an accelerate YAML that must exist."""
+    if name in SHIPPED_ACCELERATE:
+        return ACCELERATE_CONFIGS_DIR / f"{name}.yaml"
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise ValueError(f"engine.accelerate_config={name!r} is neither a shipped config "
+                         f"({', '.join(SHIPPED_ACCELERATE)}) nor an existing accelerate YAML file")
+    return path
+
+
+class EngineConfig(_Cfg):
+    """Where the compute runs: the inference engine for sampling, and how the training stages are launched."""
+    backend: Literal["hf", "vllm"] = Field(
+        "hf", description="Generation backend for local models (policy rollouts, candidate sampling, local "
+        "simulators): 'hf' (transformers, CPU or GPU) or 'vllm' (GPU only; needs `pip install -e '.[gpu]'`). "
+        "`api:` models are unaffected.")
+    tensor_parallel_size: int = Field(1, ge=1, description="vllm: GPUs one model copy is split over.")
+    data_parallel_size: int = Field(1, ge=1, description="vllm: model copies, each on its own tensor_parallel_size "
+                                    "GPUs and in its own process; prompts are split between them.")
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="vllm: share of each GPU's memory the "
+                                          "engine may take (weights + KV cache); lower it when a transformers model "
+                                          "(e.g. the critic) shares the GPU in the same stage.")
+    max_model_len: int = Field(0, ge=0, description="vllm: context length (prompt + completion) the engine "
+                               "reserves for; 0 = the model's own maximum.")
+    launcher: Literal["local", "accelerate"] = Field(
+        "local", description="Training stages (critic, actor): 'local' (in the stage's own process) or "
+        "'accelerate' (`accelerate launch` as a subprocess, all GPUs of the node or nodes).")
+    accelerate_config: str = Field("zero3", description="launcher=accelerate: 'zero3' (shipped DeepSpeed ZeRO-3), "
+                                   "'fsdp' (shipped FSDP full shard) or a path to an accelerate YAML.")
+    num_processes: int = Field(0, ge=0, description="launcher=accelerate: training processes in all (one per GPU); "
+                               "0 = every visible GPU of this node times the number of machines.")
+
+    @field_validator("accelerate_config")
+    @classmethod
+    def _known_accelerate_config(cls, v: str) -> str:
+        accelerate_config_path(v)
+        return v
+
+
 METHODS = ("zero_shot", "rft", "mt_dpo", "sweet", "no_training_info", "no_length_norm", "value_head", "best_of_n")
 Method = Literal["zero_shot", "rft", "mt_dpo", "sweet", "no_training_info", "no_length_norm", "value_head", "best_of_n"]
 # What each ablation changes in the critic; every other method uses the critic as configured.
@@ -199,6 +247,7 @@ class PipelineConfig(_Cfg):
     actor: ActorConfig = ActorConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
     frontend: FrontendConfig = FrontendConfig()
+    engine: EngineConfig = EngineConfig()
 
     @model_validator(mode="after")
     def _check_family(self):
@@ -210,6 +259,18 @@ class PipelineConfig(_Cfg):
                 raise ValueError("tasks.generator writes backend tasks only; frontend tasks come from tasks.source")
             if self.collect.offline_path:
                 raise ValueError("collect.offline_path imports backend trajectories only")
+        return self
+
+    @model_validator(mode="after")
+    def _check_engine(self):
+        """vLLM and multi-process training are GPU paths: refuse them on a CPU-only config up front."""
+        if self.models.device.strip().lower() == "cpu":
+            if self.engine.backend == "vllm":
+                raise ValueError("engine.backend='vllm' needs a GPU, but models.device='cpu' "
+                                 "(set engine.backend=hf, or models.device=cuda/auto)")
+            if self.engine.launcher == "accelerate":
+                raise ValueError("engine.launcher='accelerate' trains on GPUs, but models.device='cpu' "
+                                 "(set engine.launcher=local, or models.device=cuda/auto)")
         return self
 
     @model_validator(mode="after")
@@ -253,24 +314,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         "actor": {"max_length": 384, "save_steps": 2, "rft_min_reward": 0.1},
         "evaluate": {"max_turns": 1, "max_new_tokens": 48, "sim_max_new_tokens": 16},
     },
-    # The paper's backend setting, for GPU machines: Llama-3.1-8B trained from the released offline trajectories,
-    # a Llama-3.1-70B simulator behind a vLLM server on this host, the official 1,000 test tasks, 10 turns.
-    # (Full fine-tuning, as in the paper, is not what the LoRA defaults do; see README.)
-    "paper": {
-        "experiment": "paper",
-        "models": {"policy": "meta-llama/Llama-3.1-8B-Instruct", "critic_base": "meta-llama/Llama-3.1-8B-Instruct",
-                   "simulator": "api:meta-llama/Llama-3.1-70B-Instruct@http://127.0.0.1:8000/v1", "device": "cuda"},
-        "tasks": {"source": "hub:facebook/collaborative_agent_bench", "n_train": 5000, "n_test": 1000},
-        "collect": {"offline_path": "data/colbench_code_offline_15k_llama8b.jsonl", "k": 3, "max_turns": 10,
-                    "max_new_tokens": 1024, "sim_max_new_tokens": 256, "temperature": 1.0},
-        "critic": {"epochs": 4, "max_length": 8192},
-        "candidates": {"n": 16, "temperature": 1.0, "max_new_tokens": 1024, "turn_fraction": 0.1, "max_turns": 10,
-                       "pairs_per_turn": 4},
-        "actor": {"max_length": 16384},
-        "evaluate": {"max_turns": 10, "max_new_tokens": 1024, "sim_max_new_tokens": 256,
-                     "modes": ["multi_turn", "single_turn"]},
-    },
 }
+# The paper's settings for GPU machines (sweet/paper_profiles.py); `paper` is an alias of paper-backend.
+PROFILES.update(PAPER_PROFILES)
 
 
 # Settings a task family needs whatever the profile; applied after the profile, before --set overrides.
@@ -331,7 +377,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 def load_config(profile: str = "tiny", overrides: list[str] | None = None) -> PipelineConfig:
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
-    data = _merge(PipelineConfig().model_dump(), PROFILES[profile])
+    data = _merge(PipelineConfig().model_dump(), with_simulator_url(PROFILES[profile]))
     data["profile"] = profile
     parsed = [(item, *parse_override(item)) for item in overrides or []]
     family = next((v for _, p, v in parsed if p == ["task_family"]), data["task_family"])

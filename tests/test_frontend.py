@@ -6,7 +6,6 @@ import base64
 import json
 
 import pytest
-from PIL import Image
 
 from sweet.agents.api import ChatAPI
 from sweet.colbench import frontend as F

@@ -1,5 +1,6 @@
-"""Policy and simulator backends: local transformers models (`hf.ChatLM`) and OpenAI-compatible APIs
-(`api.ChatAPI`, for refs written `api:<model>[@base_url]`). Both expose the same batched `generate`."""
+"""Policy and simulator backends: local transformers models (`hf.ChatLM`), vLLM for GPU machines
+(`vllm_backend.VLLMChat`, engine.backend=vllm) and OpenAI-compatible APIs (`api.ChatAPI`, for refs written
+`api:<model>[@base_url]`). All expose the same batched `generate`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ def load_chat(ref: str, cfg, *, batch: int = 16, adapter=None):
         a = cfg.api
         return ChatAPI.from_spec(ref, base_url=a.base_url or None, key_env=a.key_env, concurrency=a.concurrency,
                                  timeout_s=a.timeout_s, max_retries=a.max_retries)
+    engine = getattr(cfg, "engine", None)
+    if engine is not None and engine.backend == "vllm":
+        from sweet.agents.vllm_backend import VLLMChat
+
+        return VLLMChat.load(ref, cfg, adapter=adapter, batch_size=batch)
     from sweet.agents.hf import ChatLM
 
     return ChatLM.load(ref, adapter=adapter, device=cfg.models.device, batch_size=batch,
