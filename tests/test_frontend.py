@@ -37,7 +37,10 @@ def test_extract_html_follows_the_official_rule_and_keeps_cut_pages():
 
 def test_episode_prompts_and_turn_limits():
     e = F.FrontendEpisode(TASK, 0, 3)
-    assert "<html>" in e.messages[0]["content"] and F.ANSWER_MARK in e.messages[0]["content"]
+    # The marker is named when it is due (last-turn note), not up front: small models write it first thing.
+    assert "<html>" in e.messages[0]["content"] and F.ANSWER_MARK not in e.messages[0]["content"]
+    assert F.ANSWER_MARK in F.FrontendEpisode(TASK, 0, 1).messages[0]["content"]
+    assert F.ANSWER_MARK in F.FrontendEpisode(TASK, 0, 3, mode="single_turn").messages[0]["content"]
     assert TASK.problem_description in e.messages[0]["content"] and REF not in e.messages[0]["content"]
     assert F.FrontendEpisode(TASK, 0, 5, mode="single_turn").max_turns == 1
     with pytest.raises(ValueError, match="between 1 and 10"):

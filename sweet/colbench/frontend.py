@@ -26,14 +26,15 @@ from sweet.colbench.frontend_tasks import FrontendTask
 
 SIM_REPLY_CHARS = 1000
 
+# The answer marker is named only once the agent is to use it (the user's "looks right" reply says so, and the
+# last-turn note): a 0.5B model given the marker up front writes it first thing and never shows a draft.
 AGENT_PROMPT = (
     "You are a web developer building one web page for a user with HTML and Tailwind CSS classes. The description "
     "below is short; the user has a precise design in mind (layout, colours, sizes, texts). You have at most "
-    "{max_turns} turns. In each turn you may show the user a draft: one complete page in a single "
-    "<html>...</html> block (load Tailwind with <link href=\"https://cdn.jsdelivr.net/npm/tailwindcss@2.2.19/dist/"
-    "tailwind.min.css\" rel=\"stylesheet\">). The user sees your draft rendered next to the page they want and "
-    "tells you what differs. Ask what you need, improve your draft each turn; your last turn is your final answer.\n"
-    f"When you are done, write {ANSWER_MARK} followed by the final <html>...</html> page, and nothing after it.\n\n"
+    "{max_turns} turns. In each turn, show the user a draft: one complete page in a single <html>...</html> block "
+    "(load Tailwind with <link href=\"https://cdn.jsdelivr.net/npm/tailwindcss@2.2.19/dist/tailwind.min.css\" "
+    "rel=\"stylesheet\">), optionally with a short question. The user sees your draft rendered next to the page they "
+    "want and tells you what differs; improve the draft each turn.\n\n"
     "Description:\n{problem}"
 )
 SINGLE_TURN_PROMPT = (

@@ -1,0 +1,98 @@
+"""The paper's settings as profiles, for GPU machines: `paper-backend`, `paper-frontend` (and `paper`, an alias).
+
+Hyper-parameters from the paper (DESIGN.md): lr 2e-7 (full fine-tuning), beta 0.1, NLL 0.01, batch 8, critic epochs
+4 (backend) / 8 (frontend), actor 1 epoch, 10 turns, 16 candidates at temperature 1.0. The simulator runs behind an
+OpenAI-compatible server (vLLM, as in the paper) whose URL is read from $SWEET_SIMULATOR_URL each time a profile is
+loaded (default http://127.0.0.1:8000/v1); it goes into the simulator's own `api:<model>@<url>` ref, so `api.base_url`
+stays free for other API systems (the GPT-4o baseline). Kept apart from sweet/config.py, which imports it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+SIMULATOR_URL_ENV = "SWEET_SIMULATOR_URL"
+DEFAULT_SIMULATOR_URL = "http://127.0.0.1:8000/v1"
+SIMULATOR_URL_TOKEN = "${SWEET_SIMULATOR_URL}"  # filled in by `with_simulator_url` when a profile is loaded
+
+
+def simulator_url() -> str:
+    """$SWEET_SIMULATOR_URL (the paper profiles' simulator server), else the local vLLM default."""
+    url = os.environ.get(SIMULATOR_URL_ENV, "").strip() or DEFAULT_SIMULATOR_URL
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"${SIMULATOR_URL_ENV}={url!r} is not an http(s) URL (e.g. {DEFAULT_SIMULATOR_URL})")
+    return url.rstrip("/")
+
+
+def with_simulator_url(node: Any) -> Any:
+    """The profile with its simulator URL placeholder filled in (read now, so one profile serves any host)."""
+    if isinstance(node, dict):
+        return {k: with_simulator_url(v) for k, v in node.items()}
+    if isinstance(node, str) and SIMULATOR_URL_TOKEN in node:
+        return node.replace(SIMULATOR_URL_TOKEN, simulator_url())
+    return node
+
+
+PAPER_PROFILES: dict[str, dict[str, Any]] = {
+    # The paper's backend setting: Llama-3.1-8B policy and critic trained from the released
+    # offline trajectories, a Llama-3.1-70B simulator behind an OpenAI-compatible vLLM server at $SWEET_SIMULATOR_URL
+    # (default 127.0.0.1:8000/v1), the official 1,000 test tasks, 10 turns, 16 candidates at temperature 1.0.
+    # Hardware: one node of 8x A100-80GB (or H100/H200) for training and sampling -- ZeRO-3 full fine-tuning of the
+    # 8B critic plus its frozen reference copy; the vLLM policy engine on the same node -- and, for the 70B
+    # simulator server, a second node or 4-8 more GPUs of the same kind (bf16 weights alone are ~140 GB).
+    # Full fine-tuning (lr 2e-7) is the critic's (critic.lora=false). The actor has no full fine-tuning switch: it
+    # stays LoRA, with the LoRA learning rate (2e-7 would not move an adapter), a known deviation from the paper.
+    # Global batch = batch_size x grad_accum x training processes: 1 x 1 x 8 GPUs = the paper's 8; on fewer GPUs
+    # raise grad_accum. RFT (method=rft) used batch 32 in the paper: set actor.grad_accum=4 for it.
+    "paper-backend": {
+        "experiment": "paper-backend",
+        "models": {"policy": LLAMA_8B, "critic_base": LLAMA_8B,
+                   "simulator": f"api:meta-llama/Llama-3.1-70B-Instruct@{SIMULATOR_URL_TOKEN}", "device": "cuda"},
+        "tasks": {"source": "hub:facebook/collaborative_agent_bench", "n_train": 5000, "n_test": 1000},
+        "collect": {"offline_path": "data/colbench_code_offline_15k_llama8b.jsonl", "k": 3, "max_turns": 10,
+                    "max_new_tokens": 1024, "sim_max_new_tokens": 256, "temperature": 1.0},
+        "critic": {"lora": False, "lr": 2e-7, "beta": 0.1, "nll_coef": 0.01, "epochs": 4, "batch_size": 1,
+                   "grad_accum": 1, "max_length": 8192, "save_steps": 100},
+        # turn_fraction 0.1 as in the released code; max_turns only caps it (the offline data has ~75k turns).
+        "candidates": {"n": 16, "temperature": 1.0, "max_new_tokens": 1024, "turn_fraction": 0.1,
+                       "max_turns": 1_000_000, "pairs_per_turn": 4, "batch_size": 256},
+        "actor": {"beta": 0.1, "nll_coef": 0.01, "epochs": 1, "batch_size": 1, "grad_accum": 1,
+                  "max_length": 16384, "save_steps": 100},
+        "evaluate": {"max_turns": 10, "max_new_tokens": 1024, "sim_max_new_tokens": 256, "batch_episodes": 256,
+                     "modes": ["multi_turn", "single_turn"]},
+        # vLLM leaves room on GPU 0 for the transformers critic that scores candidates in the same stage (8B bf16,
+        # plus its reference copy); raise data_parallel_size to sample on every GPU of the node.
+        "engine": {"backend": "vllm", "gpu_memory_utilization": 0.45, "max_model_len": 16384,
+                   "launcher": "accelerate", "accelerate_config": "zero3"},
+    },
+    # The paper's frontend setting: the same models and training recipe with 8 critic epochs; a Qwen2-VL-72B
+    # vision simulator behind a vLLM server at $SWEET_SIMULATOR_URL; reward = CLIP ViT-B/32 similarity with
+    # OpenAI's weights (the hub or its cache must be reachable); the released margin pair rule (family default).
+    # Tasks: a local folder of WebSight-format records (train.jsonl / test.jsonl, `sweet` converts WebSight v0.2
+    # rows into them); data/colbench_frontend is a placeholder path -- set tasks.source to your copy.
+    # Hardware: as paper-backend (8x A100-80GB for training and sampling), plus 4-8 GPUs for the 72B vision server,
+    # plus CPU cores for Chromium (frontend.pool_size pages render at once).
+    "paper-frontend": {
+        "experiment": "paper-frontend",
+        "task_family": "frontend",
+        # models.simulator is not used by the frontend family (frontend.simulator is); set alike for a clear config.
+        "models": {"policy": LLAMA_8B, "critic_base": LLAMA_8B, "device": "cuda",
+                   "simulator": f"api:Qwen/Qwen2-VL-72B-Instruct@{SIMULATOR_URL_TOKEN}"},
+        "tasks": {"source": "data/colbench_frontend", "n_train": 10000, "n_test": 500},
+        "collect": {"k": 3, "max_turns": 10, "max_new_tokens": 2048, "temperature": 1.0, "batch_episodes": 256},
+        "critic": {"lora": False, "lr": 2e-7, "beta": 0.1, "nll_coef": 0.01, "epochs": 8, "batch_size": 1,
+                   "grad_accum": 1, "max_length": 16384, "save_steps": 100},
+        "candidates": {"n": 16, "temperature": 1.0, "max_new_tokens": 2048, "turn_fraction": 0.1,
+                       "max_turns": 1_000_000, "pairs_per_turn": 4, "batch_size": 256},
+        "actor": {"beta": 0.1, "nll_coef": 0.01, "epochs": 1, "batch_size": 1, "grad_accum": 1,
+                  "max_length": 16384, "save_steps": 100},
+        "evaluate": {"max_turns": 10, "max_new_tokens": 2048, "batch_episodes": 256},
+        "frontend": {"simulator": f"api:Qwen/Qwen2-VL-72B-Instruct@{SIMULATOR_URL_TOKEN}",
+                     "similarity": "clip:openai", "pool_size": 8},
+        "engine": {"backend": "vllm", "gpu_memory_utilization": 0.45, "max_model_len": 32768,
+                   "launcher": "accelerate", "accelerate_config": "zero3"},
+    },
+}
+PAPER_PROFILES["paper"] = PAPER_PROFILES["paper-backend"]  # the name earlier runs and docs use
