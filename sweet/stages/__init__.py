@@ -15,15 +15,17 @@ from sweet.stages.pairs import build_preference_pairs
 
 _ROLLOUT = ("sweet.colbench.backend", "sweet.colbench.sandbox", "sweet.agents.hf", "sweet.agents.api",
             "sweet.stages.collect", "sweet.colbench.frontend", "sweet.colbench.frontend_sim", "sweet.colbench.dom",
-            "sweet.colbench.render", "sweet.colbench.similarity")
+            "sweet.colbench.render", "sweet.colbench.similarity", "sweet.agents.vllm_backend")
 # The frontend section only counts in a frontend run's fingerprints (see `pipeline.config_slice`).
 _FAMILY = ("task_family", "frontend")
+# vLLM samples differently from transformers (another RNG, other kernels): the backend is part of a rollout's identity.
+_ENGINE = ("engine.backend",)
 
 GENERATE = Stage("generate_tasks", generate_tasks, ("task_family", "tasks", "api.base_url"),
                  ("sweet.stages.generate", "sweet.colbench.tasks", "sweet.colbench.official", "sweet.colbench.taskgen",
                   "sweet.colbench.frontend_tasks"))
 COLLECT = Stage("collect_trajectories", collect_trajectories,
-                ("models.policy", "models.simulator", "api.base_url", "collect") + _FAMILY,
+                ("models.policy", "models.simulator", "api.base_url", "collect") + _FAMILY + _ENGINE,
                 _ROLLOUT + ("sweet.colbench.official",))
 PAIRS = Stage("build_preference_pairs", build_preference_pairs, ("pairs",), ("sweet.stages.pairs",))
 CRITIC = Stage("train_critic", train_critic, ("models.critic_base", "critic"),
@@ -34,7 +36,7 @@ CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates, ("m
 ACTOR = Stage("train_dpo_actor", train_dpo_actor, ("method", "models.policy", "actor"),
               ("sweet.stages.actor", "sweet.algos.actor", "sweet.algos.baselines", "sweet.algos.dialogue"))
 EVALUATE = Stage("evaluate", evaluate, ("method", "models.policy", "models.simulator", "api.base_url", "evaluate")
-                 + _FAMILY,
+                 + _FAMILY + _ENGINE,
                  _ROLLOUT + ("sweet.stages.evaluate", "sweet.stages.best_of_n"))
 
 STAGES = [GENERATE, COLLECT, PAIRS, CRITIC, CANDIDATES, ACTOR, EVALUATE]
