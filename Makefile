@@ -26,7 +26,7 @@ help:
 # (local wheel folders, the torch cap), which other installers ignore.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,dist]'
 	@touch $(STAMP)
 
 # The browser set-up runs only when the run needs it (SET='task_family=frontend').

@@ -1,22 +1,21 @@
 """Experiment configuration: one pydantic model per stage, gathered in `PipelineConfig`.
 
 Prefect renders these models as the form of a deployment run in its UI, so every field has a description.
-Profiles (`tiny`, `micro`, and the paper's `paper-backend` / `paper-frontend` from `sweet.paper_profiles`) are
-partial overrides applied on top of the defaults.
+Profiles (`tiny`, `micro`, and the paper's `paper-backend` / `paper-frontend`, all in `sweet.profiles`) are partial
+overrides applied on top of the defaults, then a task family's defaults, then `--set` overrides.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sweet.paper_profiles import PAPER_PROFILES, with_simulator_url
+from sweet.profiles import FAMILY_DEFAULTS, PROFILE_FAMILY, PROFILES, QWEN_CODER_05B, with_simulator_url
 
-QWEN_CODER_05B = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
-SMOLLM2_135M = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 class _Cfg(BaseModel):
@@ -72,6 +71,26 @@ class CollectConfig(_Cfg):
     batch_episodes: int = Field(32, ge=1, description="Sequences per batched generate call (all live episodes "
                                 "advance in lockstep; decoding on a CPU is memory-bound, so bigger batches are cheaper).")
     seed: int = 0
+    shards: int = Field(1, ge=1, description="Split the training tasks into this many disjoint shards, each rolled "
+                        "out as its own Prefect task on a Dask cluster (1 = one process, no Dask). Each shard loads "
+                        "its own models and writes its episodes into the same stage folder. Not part of the "
+                        "fingerprint: the same episodes are collected (identical with `api:` models or greedy "
+                        "decoding; a sampling local model draws from one seed per batch, so, as after a resume, "
+                        "other batches give other samples).")
+    dask_address: str = Field("", description="shards > 1: the Dask scheduler to run the shards on, e.g. "
+                              "'tcp://10.0.0.5:8786' (its workers need this project installed, the models, and "
+                              "the artifacts folder on a shared filesystem); empty = a temporary local cluster on "
+                              "127.0.0.1, one worker process per shard up to the CPU count. Not part of the "
+                              "fingerprint.")
+
+    @field_validator("dask_address")
+    @classmethod
+    def _scheduler_address(cls, v: str) -> str:
+        v = v.strip()
+        if v and not re.fullmatch(r"([a-z][a-z0-9+.-]*://)?[^/\s]+/?", v):
+            raise ValueError(f"collect.dask_address={v!r} is not a Dask scheduler address "
+                             "(e.g. 'tcp://10.0.0.5:8786'; empty = a temporary local cluster)")
+        return v
 
 
 class PairsConfig(_Cfg):
@@ -218,6 +237,10 @@ class EngineConfig(_Cfg):
         return v
 
 
+# Settings of how a stage is executed, not of what it computes: never part of a stage's fingerprint (so its config
+# slice, manifest and MLflow params leave them out; see `pipeline.config_slice`).
+EXECUTION_ONLY: tuple[str, ...] = ("collect.shards", "collect.dask_address")
+
 METHODS = ("zero_shot", "rft", "mt_dpo", "sweet", "no_training_info", "no_length_norm", "value_head", "best_of_n")
 Method = Literal["zero_shot", "rft", "mt_dpo", "sweet", "no_training_info", "no_length_norm", "value_head", "best_of_n"]
 # What each ablation changes in the critic; every other method uses the critic as configured.
@@ -295,54 +318,6 @@ class PipelineConfig(_Cfg):
     @property
     def tracking_uri(self) -> str:
         return self.mlflow_uri or f"sqlite:///{Path(self.artifacts_dir).resolve()}/mlflow.db"
-
-
-PROFILES: dict[str, dict[str, Any]] = {
-    # The default: Qwen2.5-Coder-0.5B follows the answer protocol; sized for <=30 min on 2 CPU cores. A 0.5B policy
-    # rarely passes every test, so pairs use the margin rule and RFT keeps trajectories passing at least one test.
-    "tiny": {"pairs": {"rule": "margin"}, "candidates": {"n": 4, "temperature": 0.7},
-             "actor": {"rft_min_reward": 0.1}},
-    # End-to-end tests: SmolLM2-135M, 3 tasks, 2 turns, a few tokens.
-    "micro": {
-        "experiment": "micro",
-        "models": {"policy": SMOLLM2_135M, "simulator": SMOLLM2_135M, "critic_base": SMOLLM2_135M},
-        "tasks": {"source": "bundled:easy", "n_train": 3, "n_test": 2},
-        "pairs": {"rule": "margin"},
-        "collect": {"k": 4, "max_turns": 2, "max_new_tokens": 48, "sim_max_new_tokens": 16},
-        "critic": {"epochs": 1, "max_length": 384, "save_steps": 2},
-        "candidates": {"n": 4, "temperature": 0.7, "max_new_tokens": 16, "max_turns": 4},
-        "actor": {"max_length": 384, "save_steps": 2, "rft_min_reward": 0.1},
-        "evaluate": {"max_turns": 1, "max_new_tokens": 48, "sim_max_new_tokens": 16},
-    },
-}
-# The paper's settings for GPU machines (sweet/paper_profiles.py); `paper` is an alias of paper-backend.
-PROFILES.update(PAPER_PROFILES)
-
-
-# Settings a task family needs whatever the profile; applied after the profile, before --set overrides.
-FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "backend": {},
-    # The released frontend rule: every pair of a task's trajectories whose similarities differ by at least 0.1.
-    "frontend": {"pairs": {"rule": "margin", "min_margin": 0.1},
-                 "actor": {"rft_min_reward": 0.0, "rft_best_per_task": True}},
-}
-# Per (profile, family): sizes that keep a frontend run in budget (pages are ~900 tokens, code answers ~150).
-PROFILE_FAMILY: dict[tuple[str, str], dict[str, Any]] = {
-    ("tiny", "frontend"): {
-        "tasks": {"n_train": 6, "n_test": 8},
-        "collect": {"max_new_tokens": 448, "batch_episodes": 24},
-        "critic": {"max_length": 2560},
-        "candidates": {"max_new_tokens": 448, "max_turns": 6, "batch_size": 16},
-        "actor": {"max_length": 1536},
-        "evaluate": {"max_new_tokens": 448},
-    },
-    ("micro", "frontend"): {
-        "tasks": {"source": "bundled"}, "pairs": {"min_margin": 0.01},  # a 135M model's pages differ little
-        "critic": {"max_length": 1536}, "actor": {"max_length": 768},
-        "collect": {"max_new_tokens": 64}, "candidates": {"max_new_tokens": 32},
-        "evaluate": {"max_new_tokens": 64},
-    },
-}
 
 
 def with_method(cfg: PipelineConfig, method: str) -> PipelineConfig:

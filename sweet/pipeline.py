@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sweet import tracking
-from sweet.config import PipelineConfig
+from sweet.config import EXECUTION_ONLY, PipelineConfig
 
 MANIFEST = "manifest.json"
 
@@ -32,6 +32,12 @@ class Stage:
 
 def config_slice(cfg: PipelineConfig, keys: tuple[str, ...]) -> dict[str, Any]:
     data = cfg.model_dump()
+    for path in EXECUTION_ONLY:  # how a stage runs (e.g. on how many shards), not what it computes
+        *parents, leaf = path.split(".")
+        node = data
+        for part in parents:
+            node = node.get(part, {})
+        node.pop(leaf, None)
     out = {}
     for key in keys:
         if key == "frontend" and data["task_family"] != "frontend":

@@ -63,6 +63,10 @@ def test_server_that_ignores_n_is_asked_again(openai_server):
         out = lm.generate([conv("a")], max_new_tokens=8, temperature=1.0, seed=10, num_return_sequences=3)
     assert out == ["sample seed=10", "sample seed=11", "sample seed=12"]
     assert [r["json"]["n"] for r in openai_server.requests] == [3, 2, 1]
+    with client(openai_server, concurrency=1) as lm:
+        # Two identical conversations (a task's k episodes on turn 1) get different seeds.
+        assert lm.generate([conv("a"), conv("a")], 8, 1.0, seed=10, num_return_sequences=2) == \
+            ["sample seed=10", "sample seed=11", "sample seed=12", "sample seed=13"]
 
 
 def test_sampling_parameters_are_sent(openai_server):

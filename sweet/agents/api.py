@@ -158,15 +158,17 @@ class ChatAPI:
             return []
         n = int(num_return_sequences)
 
-        def one(conversation):
-            return self._complete(conversation, max_new_tokens, temperature, seed, n)
+        def one(i: int):
+            # Each conversation its own seeds: the k episodes of a task open with the same prompt, and a server
+            # that honours `seed` (vLLM) would otherwise return k identical samples.
+            return self._complete(conversations[i], max_new_tokens, temperature, None if seed is None else seed + i * n, n)
 
         workers = min(self.concurrency, len(conversations))
         if workers == 1:
-            groups = [one(c) for c in conversations]
+            groups = [one(i) for i in range(len(conversations))]
         else:
             with ThreadPoolExecutor(workers, thread_name_prefix="chatapi") as pool:
-                groups = list(pool.map(one, conversations))
+                groups = list(pool.map(one, range(len(conversations))))
         return [s for group in groups for s in group]
 
     def _count(self, **deltas) -> None:

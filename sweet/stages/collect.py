@@ -2,6 +2,10 @@
 
 Each finished episode is written at once as its own shard, keyed by (task_id, sample_idx): a run killed halfway
 keeps its finished episodes and the rerun collects only the missing ones.
+
+The same files let the rollout fan out: `collect_shard(..., shard, n_shards)` rolls out the episodes of one of
+`n_shards` disjoint subsets of the training tasks (each may run on another machine, writing into the same
+`shards/` folder), and `finish_collection` then writes the stage's tables, as the single-process stage does.
 """
 
 from __future__ import annotations
@@ -139,10 +143,35 @@ def collect_trajectories(cfg, out: Path, tasks_dir: str) -> dict:
     if c.offline_path:
         trajs = sorted(import_offline(cfg, out), key=lambda r: (r["task_id"], r["sample_idx"]))
         return _finish(out, trajs, resumed=0)
+    done = collect_shard(cfg, out, tasks_dir)
+    return finish_collection(out, collected=done["collected"])
+
+
+def shard_tasks(tasks: list, shard: int, n_shards: int) -> list:
+    """Shard `shard` of `n_shards`: every n-th training task (in tasks.parquet order), so shards are disjoint,
+    cover every task and hold all k episodes of a task together."""
+    if not 0 <= shard < n_shards:
+        raise ValueError(f"shard {shard} is not one of 0..{n_shards - 1}")
+    return tasks[shard::n_shards]
+
+
+def pending_episodes(cfg, out: Path, tasks_dir: str, shard: int = 0, n_shards: int = 1) -> list:
+    """The episodes of this shard's tasks that have no file under `<out>/shards/` yet."""
+    c = cfg.collect
     tasks = [task_from_row(cfg, r) for r in read_rows(Path(tasks_dir) / "tasks.parquet") if r["split"] == "train"]
-    shards = out / "shards"
-    todo = [new_episode(cfg, t, i, c.max_turns) for t in tasks for i in range(c.k)
+    shards = Path(out) / "shards"
+    return [new_episode(cfg, t, i, c.max_turns) for t in shard_tasks(tasks, shard, n_shards) for i in range(c.k)
             if not (shards / shard_name(t.task_id, i)).exists()]
+
+
+def collect_shard(cfg, out: Path, tasks_dir: str, shard: int = 0, n_shards: int = 1) -> dict:
+    """Roll out the missing episodes of one shard's tasks, each written to `<out>/shards/` as it finishes. The
+    rollout settings (seed included) are the unsharded stage's, so an episode does not depend on its shard wherever
+    sampling is per request (`api:` models, greedy decoding); a local model samples a batch from one seed per turn,
+    so there, as after a resume, which episodes share a batch changes the samples."""
+    c = cfg.collect
+    shards = Path(out) / "shards"
+    todo = pending_episodes(cfg, out, tasks_dir, shard, n_shards)
     if todo:
         policy, simulator = load_chat_models(cfg, cfg.models.policy, batch=c.batch_episodes)
 
@@ -153,11 +182,17 @@ def collect_trajectories(cfg, out: Path, tasks_dir: str) -> dict:
         try:
             run_rollout(cfg, todo, policy, simulator, max_new_tokens=c.max_new_tokens,
                         sim_max_new_tokens=c.sim_max_new_tokens, temperature=c.temperature, seed=c.seed,
-                        on_done=save, desc="collect")
+                        on_done=save, desc="collect" if n_shards == 1 else f"collect {shard + 1}/{n_shards}")
         finally:
             close_models(policy, simulator)
-    trajs = sorted(read_shards(shards), key=lambda r: (r["task_id"], r["sample_idx"]))
-    return _finish(out, trajs, resumed=len(trajs) - len(todo))
+    return {"shard": shard, "n_shards": n_shards, "collected": len(todo)}
+
+
+def finish_collection(out: Path, collected: int) -> dict:
+    """Every episode under `<out>/shards/` -> trajectories.parquet and turns.parquet, and the stage summary;
+    `collected` = episodes rolled out by this run (the rest were resumed from an earlier one)."""
+    trajs = sorted(read_shards(Path(out) / "shards"), key=lambda r: (r["task_id"], r["sample_idx"]))
+    return _finish(Path(out), trajs, resumed=len(trajs) - collected)
 
 
 def _finish(out: Path, trajs: list[dict], resumed: int) -> dict:

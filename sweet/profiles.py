@@ -1,10 +1,12 @@
-"""The paper's settings as profiles, for GPU machines: `paper-backend`, `paper-frontend` (and `paper`, an alias).
+"""Profiles: partial configs applied over the defaults. `tiny` (the default run, CPU), `micro` (end-to-end tests),
+and the paper's settings for GPU machines: `paper-backend`, `paper-frontend` (and `paper`, an alias). Also the
+defaults each task family needs, per profile where sizes differ.
 
-Hyper-parameters from the paper (DESIGN.md): lr 2e-7 (full fine-tuning), beta 0.1, NLL 0.01, batch 8, critic epochs
+The paper profiles take their hyper-parameters from the paper (DESIGN.md): lr 2e-7 (full fine-tuning), beta 0.1, NLL 0.01, batch 8, critic epochs
 4 (backend) / 8 (frontend), actor 1 epoch, 10 turns, 16 candidates at temperature 1.0. The simulator runs behind an
 OpenAI-compatible server (vLLM, as in the paper) whose URL is read from $SWEET_SIMULATOR_URL each time a profile is
 loaded (default http://127.0.0.1:8000/v1); it goes into the simulator's own `api:<model>@<url>` ref, so `api.base_url`
-stays free for other API systems (the GPT-4o baseline). Kept apart from sweet/config.py, which imports it.
+stays free for other API systems (the GPT-4o baseline).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+QWEN_CODER_05B = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+SMOLLM2_135M = "HuggingFaceTB/SmolLM2-135M-Instruct"
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 SIMULATOR_URL_ENV = "SWEET_SIMULATOR_URL"
 DEFAULT_SIMULATOR_URL = "http://127.0.0.1:8000/v1"
@@ -96,3 +100,51 @@ PAPER_PROFILES: dict[str, dict[str, Any]] = {
     },
 }
 PAPER_PROFILES["paper"] = PAPER_PROFILES["paper-backend"]  # the name earlier runs and docs use
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    # The default: Qwen2.5-Coder-0.5B follows the answer protocol; sized for <=30 min on 2 CPU cores. A 0.5B policy
+    # rarely passes every test, so pairs use the margin rule and RFT keeps trajectories passing at least one test.
+    "tiny": {"pairs": {"rule": "margin"}, "candidates": {"n": 4, "temperature": 0.7},
+             "actor": {"rft_min_reward": 0.1}},
+    # End-to-end tests: SmolLM2-135M, 3 tasks, 2 turns, a few tokens.
+    "micro": {
+        "experiment": "micro",
+        "models": {"policy": SMOLLM2_135M, "simulator": SMOLLM2_135M, "critic_base": SMOLLM2_135M},
+        "tasks": {"source": "bundled:easy", "n_train": 3, "n_test": 2},
+        "pairs": {"rule": "margin"},
+        "collect": {"k": 4, "max_turns": 2, "max_new_tokens": 48, "sim_max_new_tokens": 16},
+        "critic": {"epochs": 1, "max_length": 384, "save_steps": 2},
+        "candidates": {"n": 4, "temperature": 0.7, "max_new_tokens": 16, "max_turns": 4},
+        "actor": {"max_length": 384, "save_steps": 2, "rft_min_reward": 0.1},
+        "evaluate": {"max_turns": 1, "max_new_tokens": 48, "sim_max_new_tokens": 16},
+    },
+}
+# The paper's settings for GPU machines (below); `paper` is an alias of paper-backend.
+
+
+# Settings a task family needs whatever the profile; applied after the profile, before --set overrides.
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "backend": {},
+    # The released frontend rule: every pair of a task's trajectories whose similarities differ by at least 0.1.
+    "frontend": {"pairs": {"rule": "margin", "min_margin": 0.1},
+                 "actor": {"rft_min_reward": 0.0, "rft_best_per_task": True}},
+}
+# Per (profile, family): sizes that keep a frontend run in budget (pages are ~900 tokens, code answers ~150).
+PROFILE_FAMILY: dict[tuple[str, str], dict[str, Any]] = {
+    ("tiny", "frontend"): {
+        "tasks": {"n_train": 6, "n_test": 8},
+        "collect": {"max_new_tokens": 448, "batch_episodes": 24},
+        "critic": {"max_length": 2560},
+        "candidates": {"max_new_tokens": 448, "max_turns": 6, "batch_size": 16},
+        "actor": {"max_length": 1536},
+        "evaluate": {"max_new_tokens": 448},
+    },
+    ("micro", "frontend"): {
+        "tasks": {"source": "bundled"}, "pairs": {"min_margin": 0.01},  # a 135M model's pages differ little
+        "critic": {"max_length": 1536}, "actor": {"max_length": 768},
+        "collect": {"max_new_tokens": 64}, "candidates": {"max_new_tokens": 32},
+        "evaluate": {"max_new_tokens": 64},
+    },
+}
+PROFILES.update(PAPER_PROFILES)
