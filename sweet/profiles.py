@@ -135,9 +135,10 @@ PROFILE_FAMILY: dict[tuple[str, str], dict[str, Any]] = {
     ("tiny", "frontend"): {
         "tasks": {"n_train": 6, "n_test": 8},
         "collect": {"max_new_tokens": 448, "batch_episodes": 24},
-        "critic": {"max_length": 2560},
+        # One pair per step: at 2,560 tokens, two pairs' activations (4 sequences) went past 23 GB on a CPU.
+        "critic": {"max_length": 2048, "batch_size": 1, "grad_accum": 2},
         "candidates": {"max_new_tokens": 448, "max_turns": 6, "batch_size": 16},
-        "actor": {"max_length": 1536},
+        "actor": {"max_length": 1536, "batch_size": 1, "grad_accum": 2},
         "evaluate": {"max_new_tokens": 448},
     },
     ("micro", "frontend"): {

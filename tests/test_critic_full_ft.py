@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
 from sweet.algos import critic as C
+from sweet.algos import scoring as S
 from sweet.config import CriticConfig
 from tests.test_algos import CANDS, Recorder, critic_pairs, dialogue, save_tiny_qwen2
 
@@ -80,6 +81,6 @@ def test_train_critic_full_ft_resumes_saves_and_round_trips(tiny_dir, tmp_path):
     slow = C.score_candidates(model, tok, hist, cands, INFO, shared_prefix=False)
     assert all(math.isfinite(s) and s != 0.0 for s in fast)  # trained: critic != reference
     assert max(abs(a - b) for a, b in zip(fast, slow)) < 1e-4
-    crit = C.load_any_critic(out, "cpu")
-    assert crit.kind == "lm" and C.score_any(crit, hist, cands, INFO) == fast
+    crit = S.load_any_critic(out, "cpu")
+    assert crit.kind == "lm" and S.score_any(crit, hist, cands, INFO) == fast
     assert C.train_critic(pairs, tiny_dir, tmp_path, cfg) == out  # finished output is reused, not retrained

@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sweet.algos import critic as C
+from sweet.algos import scoring as S
 from sweet.algos import value_head as V
 from sweet.algos.dialogue import tokenize_dialogue, with_training_info
 from sweet.config import CriticConfig
@@ -117,11 +118,11 @@ def test_train_value_critic_end_to_end(tiny_dir, tmp_path):
     assert rec_b.steps == [2]
     assert torch.allclose(head["weight"], torch.load(again / "value_head.pt")["weight"], atol=1e-6)
     # Dispatcher: picks the value critic, ignores the LM-only flags, defaults use_training_info from the config.
-    crit = C.load_any_critic(out, "cpu")
+    crit = S.load_any_critic(out, "cpu")
     assert crit.kind == "value"
-    assert C.score_any(crit, hist, cands, INFO, length_norm=False, ref_with_training_info=False) == a
+    assert S.score_any(crit, hist, cands, INFO, length_norm=False, ref_with_training_info=False) == a
     with pytest.raises(TypeError):
-        C.score_any(crit, hist, cands, INFO, bogus=1)
+        S.score_any(crit, hist, cands, INFO, bogus=1)
 
 
 def test_dispatcher_picks_the_lm_critic(tiny_dir, tmp_path):
@@ -136,14 +137,14 @@ def test_dispatcher_picks_the_lm_critic(tiny_dir, tmp_path):
     AutoTokenizer.from_pretrained(tiny_dir).save_pretrained(out)
     C.write_critic_config(out, CriticConfig(variant="official", length_norm=False), head="lm", lora=True,
                           base_model=tiny_dir)
-    crit = C.load_any_critic(out, "cpu")
+    crit = S.load_any_critic(out, "cpu")
     assert crit.kind == "lm"
     hist = dialogue(2)[:-1]
     want = C.score_candidates(crit.model, crit.tokenizer, hist, CANDS, INFO, length_norm=False,
                               ref_with_training_info=False)
-    assert C.score_any(crit, hist, CANDS, INFO) == want  # flags default to the trained config
-    assert C.score_any(crit, hist, CANDS, INFO, length_norm=True) != want
+    assert S.score_any(crit, hist, CANDS, INFO) == want  # flags default to the trained config
+    assert S.score_any(crit, hist, CANDS, INFO, length_norm=True) != want
     conf = json.loads((out / "critic_config.json").read_text())
     (out / "critic_config.json").write_text(json.dumps(dict(conf, head="q")))
     with pytest.raises(ValueError, match="unknown critic head"):
-        C.load_any_critic(out, "cpu")
+        S.load_any_critic(out, "cpu")

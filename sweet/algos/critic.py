@@ -2,8 +2,8 @@
 
 LoRA (default): the reference policy pi_ref is the same weights with the adapter disabled, so there is never a
 second model copy. Full fine-tuning (`cfg.lora=False`): pi_ref is a frozen copy of the initial model, reached through
-the same `disable_adapter()` call (`FullFTCritic`). The value-head ablation lives in `value_head.py`; `load_any_critic`
-/ `score_any` serve both kinds to callers that should not care which one they hold.
+the same `disable_adapter()` call (`FullFTCritic`). The value-head ablation lives in `value_head.py`;
+`scoring.load_any_critic` / `scoring.score_any` serve both kinds to callers that should not care which one they hold.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ import copy
 import json
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -224,7 +222,7 @@ def training_kwargs(cfg, ckpt_dir: Path) -> dict:
                 save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=2, logging_steps=1,
                 report_to="none", seed=cfg.seed, data_seed=cfg.seed, use_cpu=not cuda,
                 bf16=cuda and torch.cuda.is_bf16_supported(), fp16=False, activation_checkpointing=False,
-                remove_unused_columns=False, dataloader_num_workers=0, disable_tqdm=True)
+                remove_unused_columns=False, dataloader_num_workers=0, disable_tqdm=False)  # a bar per stage
 
 
 def train_critic(pairs: list[dict], base_model: str, out_dir: Path, cfg: CriticConfig, callbacks=()) -> Path:
@@ -368,50 +366,3 @@ def score_candidates(model, tokenizer, history: list[dict], candidates: list[str
         d = (p - r).float()
         scores.append((d.mean() if length_norm else d.sum()).item())
     return scores
-
-
-# ---------------------------------------------------------------------------- any critic (LM head or value head)
-@dataclass
-class LoadedCritic:
-    """A loaded critic of either kind; pass it to `score_any`. kind: 'lm' (advantage from the LM head, LoRA or full
-    fine-tuning) or 'value' (regression head, `value_head.py`); config: its critic_config.json."""
-    kind: str
-    model: Any
-    tokenizer: Any
-    config: dict
-
-
-def load_any_critic(critic_dir: str | Path, device: str = "auto") -> LoadedCritic:
-    """Load a `train_critic` / `train_value_critic` output, whichever it is (critic_config.json's `head`)."""
-    conf_file = Path(critic_dir) / "critic_config.json"
-    if not conf_file.exists():
-        raise FileNotFoundError(f"{critic_dir} has no critic_config.json: not a finished critic output")
-    conf = json.loads(conf_file.read_text())
-    kind = conf.get("head", "lm")
-    if kind == "value":
-        from sweet.algos.value_head import load_value_critic  # value_head imports this module
-        model, tok = load_value_critic(critic_dir, device)
-    elif kind == "lm":
-        model, tok = load_critic(critic_dir, device)
-    else:
-        raise ValueError(f"{conf_file}: unknown critic head {kind!r} (expects 'lm' or 'value')")
-    return LoadedCritic(kind, model, tok, conf)
-
-
-def score_any(critic: LoadedCritic, history: list[dict], candidates: list[str], training_info: str,
-              **flags) -> list[float]:
-    """Scores of `candidates` after `history` from a critic of either kind (higher = better action).
-
-    Flags left out default to what the critic was trained with: use_training_info, length_norm, and
-    ref_with_training_info = (variant == 'paper'; the released code's reference does not see c). A value critic
-    ignores the LM-only flags (length_norm, ref_with_training_info); unknown flags raise TypeError.
-    """
-    conf = critic.config
-    kw: dict[str, Any] = {"use_training_info": conf.get("use_training_info", True)}
-    if critic.kind == "value":
-        from sweet.algos.value_head import score_candidates_value
-        kw.update({k: v for k, v in flags.items() if k not in ("length_norm", "ref_with_training_info")})
-        return score_candidates_value(critic.model, critic.tokenizer, history, candidates, training_info, **kw)
-    kw.update(length_norm=conf.get("length_norm", True), ref_with_training_info=conf.get("variant", "paper") == "paper")
-    kw.update(flags)
-    return score_candidates(critic.model, critic.tokenizer, history, candidates, training_info, **kw)

@@ -31,13 +31,13 @@ PAIRS = Stage("build_preference_pairs", build_preference_pairs, ("pairs",), ("sw
 CRITIC = Stage("train_critic", train_critic, ("models.critic_base", "critic"),
                ("sweet.stages.critic", "sweet.algos.critic", "sweet.algos.value_head", "sweet.algos.dialogue"))
 CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates, ("models.policy", "candidates"),
-                   ("sweet.stages.candidates", "sweet.algos.critic", "sweet.algos.value_head", "sweet.algos.actor",
+                   ("sweet.stages.candidates", "sweet.algos.critic", "sweet.algos.scoring", "sweet.algos.value_head", "sweet.algos.actor",
                     "sweet.agents.hf"))
 ACTOR = Stage("train_dpo_actor", train_dpo_actor, ("method", "models.policy", "actor"),
               ("sweet.stages.actor", "sweet.algos.actor", "sweet.algos.baselines", "sweet.algos.dialogue"))
 EVALUATE = Stage("evaluate", evaluate, ("method", "models.policy", "models.simulator", "api.base_url", "evaluate")
                  + _FAMILY + _ENGINE,
-                 _ROLLOUT + ("sweet.stages.evaluate", "sweet.stages.best_of_n"))
+                 _ROLLOUT + ("sweet.stages.evaluate", "sweet.stages.best_of_n", "sweet.algos.scoring"))
 
 STAGES = [GENERATE, COLLECT, PAIRS, CRITIC, CANDIDATES, ACTOR, EVALUATE]
 BY_NAME = {s.name: s for s in STAGES}

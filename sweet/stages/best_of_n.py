@@ -16,7 +16,7 @@ class BestOfN:
         self.name, self.batch_size = f"best_of_{n}({policy.name})", policy.batch_size
 
     def generate(self, conversations, max_new_tokens, temperature=0.0, seed=None, num_return_sequences=1):
-        from sweet.algos.critic import score_any
+        from sweet.algos.scoring import score_any
 
         samples = self.policy.generate(conversations, max_new_tokens, self.temperature, seed=seed,
                                        num_return_sequences=self.n)
@@ -30,7 +30,7 @@ class BestOfN:
 
 def load_best_of_n(cfg, critic_dir: Path, tasks: list):
     """(BestOfN policy, simulator) for the evaluate stage."""
-    from sweet.algos.critic import load_any_critic
+    from sweet.algos.scoring import load_any_critic
     from sweet.stages.candidates import critic_flags
     from sweet.stages.collect import load_chat_models, new_episode
 

@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from sweet.agents.hf import ChatLM
 from sweet.algos import actor as sweet_actor
-from sweet.algos import critic as sweet_critic
+from sweet.algos import scoring
 from sweet.store import dumps, loads, read_rows, read_shards, write_rows
 
 
@@ -47,7 +47,7 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
     if todo:
         models_dir = cfg.models.cache_dir
         policy = ChatLM.load(cfg.models.policy, device=cfg.models.device, models_dir=models_dir, batch_size=c.batch_size)
-        critic = sweet_critic.load_any_critic(Path(critic_dir) / "critic", policy.device)
+        critic = scoring.load_any_critic(Path(critic_dir) / "critic", policy.device)
         group = max(1, policy.batch_size // c.n)
         for s in tqdm(range(0, len(todo), group), desc="candidates", unit="turn"):
             chunk = todo[s:s + group]
@@ -55,7 +55,7 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
                                       seed=c.seed + s, num_return_sequences=c.n)
             for j, t in enumerate(chunk):
                 cands = samples[j * c.n:(j + 1) * c.n]
-                scores = sweet_critic.score_any(critic, t["history"], cands, t["training_info"], **critic_flags(cfg))
+                scores = scoring.score_any(critic, t["history"], cands, t["training_info"], **critic_flags(cfg))
                 write_rows([{"turn_id": t["turn_id"], "traj_id": t["traj_id"], "task_id": t["task_id"],
                              "turn": t["turn"], "cand_idx": i, "text": x, "score": float(sc),
                              "history": dumps(t["history"])} for i, (x, sc) in enumerate(zip(cands, scores))],
