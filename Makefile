@@ -13,13 +13,14 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export TOKENIZERS_PARALLELISM := false
 export PREFECT_LOCAL_STORAGE_PATH := $(CURDIR)/artifacts/.prefect-results
 
-.PHONY: run compare test test-fast setup-browser serve stop deploy clean help
+.PHONY: run compare test test-fast bench setup-browser serve stop deploy clean help
 
 help:
 	@echo "make run   [PROFILE=tiny|micro] [SET='collect.k=8 ...']  run the sweet-rl flow end to end"
 	@echo "make compare [PROFILE=tiny]        every method (SWEET-RL, baselines, ablations) on the same data, one table"
 	@echo "make run SET='task_family=frontend'                      the frontend family (web pages, browser set up first)"
 	@echo "make test                                                install and run the test suite"
+	@echo "make bench                                               benchmarks P1-P5 (bench/), each prints its ratio"
 	@echo "make serve / make stop                                   Prefect server + worker + deployments + MLflow UI on 127.0.0.1"
 
 # Installed once; re-installed when pyproject.toml changes. pip reads the machine's own configuration
@@ -45,6 +46,20 @@ test: $(STAMP) setup-browser
 
 test-fast: $(STAMP) setup-browser
 	$(PY) -m pytest -q -m "not slow"
+
+# The five benchmarks of bench/, sized to take a few minutes together on a 2-core CPU; each prints its figures and
+# the ratio, both measured in the same run. P4 renders pages in Chromium (set up first).
+bench: $(STAMP) setup-browser
+	@echo "== P1 collection: batched turns across 16 episodes vs one episode at a time"
+	$(PY) bench/collection_batching.py
+	@echo "== P2 critic scoring: 16 candidates, shared prefix vs independent passes"
+	$(PY) bench/shared_prefix_scoring.py
+	@echo "== P3 sandbox: isolated hidden tests vs in-process execution"
+	$(PY) bench/sandbox_throughput.py
+	@echo "== P4 rendering: pooled browser vs browser per render"
+	$(PY) bench/render_throughput.py
+	@echo "== P5 pipeline: orchestration share of a run (micro, zero_shot) and a fully cached rerun"
+	$(PY) bench/pipeline_overhead.py
 
 serve: $(STAMP)
 	@mkdir -p $(SERVE)
