@@ -141,11 +141,14 @@ PROFILE_FAMILY: dict[tuple[str, str], dict[str, Any]] = {
         "actor": {"max_length": 1536, "batch_size": 1, "grad_accum": 2},
         "evaluate": {"max_new_tokens": 448},
     },
+    # SmolLM2-135M never writes HTML (0 of 12 samples), so the frontend smoke run's policy is Qwen-0.5B with short
+    # pages; the critic stays SmolLM2 (it re-tokenises the text it scores).
     ("micro", "frontend"): {
-        "tasks": {"source": "bundled"}, "pairs": {"min_margin": 0.01},  # a 135M model's pages differ little
-        "critic": {"max_length": 1536}, "actor": {"max_length": 768},
-        "collect": {"max_new_tokens": 64}, "candidates": {"max_new_tokens": 32},
-        "evaluate": {"max_new_tokens": 64},
+        "models": {"policy": QWEN_CODER_05B},
+        "tasks": {"source": "bundled", "n_train": 2, "n_test": 2}, "pairs": {"min_margin": 0.01},
+        "collect": {"k": 3, "max_new_tokens": 160}, "critic": {"max_length": 1536},
+        "candidates": {"max_new_tokens": 32, "max_turns": 3}, "actor": {"max_length": 1024},
+        "evaluate": {"max_new_tokens": 160},
     },
 }
 PROFILES.update(PAPER_PROFILES)
