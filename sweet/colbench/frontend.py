@@ -25,24 +25,23 @@ from sweet.colbench.backend import ANSWER_MARK, GENERATION_FAILED, Episode, _fai
 from sweet.colbench.frontend_tasks import FrontendTask
 
 SIM_REPLY_CHARS = 1000
+TAILWIND_LINK = '<link href="https://cdn.jsdelivr.net/npm/tailwindcss@2.2.19/dist/tailwind.min.css" rel="stylesheet">'
 
-# The answer marker is named only once the agent is to use it (the user's "looks right" reply says so, and the
-# last-turn note): a 0.5B model given the marker up front writes it first thing and never shows a draft.
+# The answer marker is named only in the last-turn note: a 0.5B model given it up front writes it first thing and
+# never shows a draft.
 AGENT_PROMPT = (
     "You are a web developer building one web page for a user with HTML and Tailwind CSS classes. The description "
     "below is short; the user has a precise design in mind (layout, colours, sizes, texts). You have at most "
     "{max_turns} turns. In each turn, show the user a draft: one complete page in a single <html>...</html> block "
-    "(load Tailwind with <link href=\"https://cdn.jsdelivr.net/npm/tailwindcss@2.2.19/dist/tailwind.min.css\" "
-    "rel=\"stylesheet\">), optionally with a short question. The user sees your draft rendered next to the page they "
-    "want and tells you what differs; improve the draft each turn.\n\n"
+    f"(load Tailwind with {TAILWIND_LINK}), optionally with a short question. The user sees your draft rendered "
+    "next to the page they want and tells you what differs; improve the draft each turn.\n\n"
     "Description:\n{problem}"
 )
 SINGLE_TURN_PROMPT = (
     "You are a web developer building one web page for a user with HTML and Tailwind CSS classes. You cannot ask "
     "questions: write the complete page now, choosing layout and colours that fit the description.\n"
-    f"Write {ANSWER_MARK} followed by the page in a single <html>...</html> block (load Tailwind with <link href="
-    "\"https://cdn.jsdelivr.net/npm/tailwindcss@2.2.19/dist/tailwind.min.css\" rel=\"stylesheet\">), and nothing "
-    "after it.\n\nDescription:\n{problem}"
+    f"Write {ANSWER_MARK} followed by the page in a single <html>...</html> block (load Tailwind with {TAILWIND_LINK}), "
+    "and nothing after it.\n\nDescription:\n{problem}"
 )
 LAST_TURN_NOTE = f"\n\n(This is your last turn: reply with {ANSWER_MARK} and your final <html>...</html> page.)"
 NO_PAGE = "The agent did not provide any visualization."
@@ -83,7 +82,6 @@ class FrontendEnv:
         self.renderer, self.similarity, self.simulator = renderer, similarity, simulator
         self.sim_reply_chars = sim_reply_chars
         self._refs: dict[str, object] = {}
-        self.name = getattr(simulator, "name", type(simulator).__name__)
 
     def references(self, tasks: list[FrontendTask]) -> list:
         todo = {t.task_id: t.ground_truth for t in tasks if t.task_id not in self._refs}
@@ -125,7 +123,7 @@ class FrontendEnv:
 
 def _png(res):
     """The screenshot of a render, or None (scored as a black image) when nothing could be rendered."""
-    return getattr(res, "png", None) if res is not None and getattr(res, "png", None) else None
+    return getattr(res, "png", None) or None
 
 
 def rollout(episodes: list[FrontendEpisode], policy, env: FrontendEnv, *, max_new_tokens: int,

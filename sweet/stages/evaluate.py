@@ -36,14 +36,13 @@ def summarize(rows: list[dict]) -> dict:
     n = len(rows)
     r = [x["reward"] for x in rows]
     s = [float(x["success"]) for x in rows]
-    half = _half
     failed = sum((x.get("error") or "").startswith(GENERATION_FAILED) for x in rows)
     if is_frontend(rows):
-        return {"n": n, "similarity": statistics.fmean(r) if n else 0.0, "similarity_ci": half(r) if n else 0.0,
+        return {"n": n, "similarity": statistics.fmean(r) if n else 0.0, "similarity_ci": _half(r) if n else 0.0,
                 "metric": rows[0]["metric"], "mean_turns": statistics.fmean(x["n_turns"] for x in rows) if n else 0.0,
                 "no_page": sum((x.get("error") or "").startswith("no page") for x in rows), "failed": failed}
-    return {"n": n, "tests_passed": 100 * statistics.fmean(r) if n else 0.0, "tests_passed_ci": 100 * half(r) if n else 0.0,
-            "success_rate": 100 * statistics.fmean(s) if n else 0.0, "success_ci": 100 * half(s) if n else 0.0,
+    return {"n": n, "tests_passed": 100 * statistics.fmean(r) if n else 0.0, "tests_passed_ci": 100 * _half(r) if n else 0.0,
+            "success_rate": 100 * statistics.fmean(s) if n else 0.0, "success_ci": 100 * _half(s) if n else 0.0,
             "mean_turns": statistics.fmean(x["n_turns"] for x in rows) if n else 0.0, "failed": failed}
 
 
