@@ -42,7 +42,7 @@ setup-browser:
 	@bash scripts/setup_browser.sh
 
 test: $(STAMP) setup-browser
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=12
 
 test-fast: $(STAMP) setup-browser
 	$(PY) -m pytest -q -m "not slow"

@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# GPU smoke test: the `micro` profile end to end with the GPU paths on (models.device=cuda, engine.backend=vllm),
-# in a temporary artifacts folder, then per-stage wall times and vLLM throughput. A few minutes on one GPU.
+# GPU smoke test: the `micro` profile end to end with the GPU paths on -- models.device=cuda, engine.backend=vllm
+# (rollouts, candidate sampling, the critic's prompt log-probs, evaluation) and engine.launcher=accelerate (critic and
+# actor training under `accelerate launch`, one process per visible GPU) -- in a temporary artifacts folder, then
+# per-stage wall times, vLLM vs transformers throughput and log-prob agreement. A few minutes on one GPU.
 #
 # Needs (nothing is fetched: HF_HUB_OFFLINE=1, no package index):
 #   - one NVIDIA GPU with its driver;
 #   - .venv with the `gpu` extra installed from local wheels, e.g.
-#       .venv/bin/python -m pip install --no-index --find-links WHEELS -e '.[gpu,test]'
-#     where WHEELS holds vllm 0.33.0 and what it pins: torch 2.14.0 (the CUDA 13 build), torchvision 0.29.0,
-#     torchaudio 2.11.0, transformers 5.20.x, flashinfer-python 0.7.2.post1, xgrammar 0.2.8, triton, the nvidia-*
-#     CUDA runtime wheels, nvidia-cutlass-dsl 4.8.0 and the rest of vllm's requirements; deepspeed 0.19.8 (sdist:
-#     it builds its ops when first used, with ninja and the CUDA toolkit); and the project's own dependencies
-#     (pip refuses this today: vllm caps fastapi<0.137, prefect>=3.8 needs >=0.139 -- see pyproject.toml; until
-#     that is settled, build the GPU venv with a resolver that can override fastapi, e.g. uv's --override);
+#       .venv/bin/python -m pip install --no-index --find-links WHEELS -e '.[gpu,test,dist]'
+#     where WHEELS holds what pip resolves for that line on a machine with the package index (pip download -d
+#     WHEELS -e '.[gpu,test,dist]'): vllm 0.33.0 and its pins -- torch 2.14.0 (CUDA 13 build), torchvision 0.29.0,
+#     torchaudio 2.11.0, transformers 5.20.x, fastapi 0.136.x (so prefect 3.7.x), flashinfer-python, xgrammar 0.2.8,
+#     triton, the nvidia-* CUDA runtime wheels -- deepspeed 0.19.8 (an sdist: it builds its ops on first use, with
+#     ninja and the CUDA toolkit; only SMOKE_ACCELERATE=zero3 needs it) and the project's own dependencies;
 #   - the micro model already converted under artifacts/models/smollm2-135m-instruct (any `make test` run on a
 #     machine with the package registry leaves it there; copy the folder over).
-# Environment: SMOKE_METHOD (default sweet), SMOKE_TIMEOUT seconds for the pipeline (default 900), SMOKE_KEEP=1 keeps
-# the temporary folder.
+# Environment: SMOKE_METHOD (default sweet), SMOKE_ACCELERATE (accelerate config for training: ddp, the default, or
+# zero3 / fsdp / a YAML path), SMOKE_TIMEOUT seconds for the pipeline (default 900), SMOKE_KEEP=1 keeps the temporary
+# folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -32,17 +34,6 @@ nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || die "nvidia-smi lists no GPU (dri
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
   || die "torch in .venv cannot see the GPU (a CPU-only torch build? vllm needs its CUDA torch 2.14.0)"
 METHOD=${SMOKE_METHOD:-sweet}
-if [ "$METHOD" = sweet ] && ! "$PY" - <<'EOF'
-import sys
-import transformers
-from packaging.version import Version
-sys.exit(0 if Version(transformers.__version__) >= Version("5.24") else 1)
-EOF
-then
-  die "transformers $("$PY" -c 'import transformers; print(transformers.__version__)') (vllm 0.33 pins <5.21): the \
-critic's shared-prefix scoring uses the 5.24 cache API, so method=sweet fails in sample_and_rank_candidates; run \
-SMOKE_METHOD=mt_dpo to smoke the other GPU paths (vLLM rollouts and evaluation, DPO on cuda)"
-fi
 "$PY" -c 'from sweet import models; import sys; sys.exit(0 if models.is_converted("artifacts/models/smollm2-135m-instruct") else 1)' \
   || die "the micro model is not converted under artifacts/models/smollm2-135m-instruct (see the header)"
 
@@ -53,8 +44,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 "$PY" -c 'import vllm, torch, transformers; print(f"vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}")'
 
 # --- the pipeline --------------------------------------------------------------------------------------------------
-# vLLM takes a third of the GPU: the critic and training stages run with transformers on the same device.
+# vLLM takes a third of the GPU; its engines are shut down at the end of each sampling stage, before training
+# starts its own processes under `accelerate launch`.
 SETS=(--set models.device=cuda --set engine.backend=vllm --set engine.gpu_memory_utilization=0.3
+      --set engine.launcher=accelerate --set "engine.accelerate_config=${SMOKE_ACCELERATE:-ddp}"
       --set "method=$METHOD" --set "artifacts_dir=$TMP/artifacts" --set "models.cache_dir=$PWD/artifacts/models")
 start=$(date +%s)
 timeout "${SMOKE_TIMEOUT:-900}" .venv/bin/sweet run --profile micro "${SETS[@]}" || die "the micro run failed (above)"

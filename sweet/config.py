@@ -194,7 +194,7 @@ class FrontendConfig(_Cfg):
 
 # Accelerate configs shipped in configs/accelerate/ (next to the package in a source checkout).
 ACCELERATE_CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "accelerate"
-SHIPPED_ACCELERATE = ("zero3", "fsdp")
+SHIPPED_ACCELERATE = ("zero3", "fsdp", "ddp")
 
 
 def accelerate_config_path(name: str) -> Path:
@@ -226,9 +226,11 @@ class EngineConfig(_Cfg):
         "local", description="Training stages (critic, actor): 'local' (in the stage's own process) or "
         "'accelerate' (`accelerate launch` as a subprocess, all GPUs of the node or nodes).")
     accelerate_config: str = Field("zero3", description="launcher=accelerate: 'zero3' (shipped DeepSpeed ZeRO-3), "
-                                   "'fsdp' (shipped FSDP full shard) or a path to an accelerate YAML.")
+                                   "'fsdp' (shipped FSDP full shard), 'ddp' (shipped plain data parallel; on a "
+                                   "machine without GPU, CPU processes over gloo) or a path to an accelerate YAML.")
     num_processes: int = Field(0, ge=0, description="launcher=accelerate: training processes in all (one per GPU); "
-                               "0 = every visible GPU of this node times the number of machines.")
+                               "0 = every visible GPU of this node times the number of machines. The global batch "
+                               "is batch_size x grad_accum x this.")
 
     @field_validator("accelerate_config")
     @classmethod

@@ -30,6 +30,18 @@ class Stage:
     code: tuple[str, ...]            # modules whose source is part of the fingerprint
 
 
+def _launched(data: dict) -> bool:
+    return data["engine"]["launcher"] == "accelerate"
+
+
+# Settings that count only in some runs: a backend run's outputs do not depend on how pages would be rendered, and
+# a single-process training stage not on how `accelerate launch` would have spread it.
+COUNTS_ONLY_IF: dict[str, Callable[[dict], bool]] = {
+    "frontend": lambda data: data["task_family"] == "frontend",
+    "engine.launcher": _launched, "engine.accelerate_config": _launched, "engine.num_processes": _launched,
+}
+
+
 def config_slice(cfg: PipelineConfig, keys: tuple[str, ...]) -> dict[str, Any]:
     data = cfg.model_dump()
     for path in EXECUTION_ONLY:  # how a stage runs (e.g. on how many shards), not what it computes
@@ -40,12 +52,15 @@ def config_slice(cfg: PipelineConfig, keys: tuple[str, ...]) -> dict[str, Any]:
         node.pop(leaf, None)
     out = {}
     for key in keys:
-        if key == "frontend" and data["task_family"] != "frontend":
-            continue  # a backend run's outputs do not depend on how pages would be rendered
+        if key in COUNTS_ONLY_IF and not COUNTS_ONLY_IF[key](data):
+            continue
         node: Any = data
         for part in key.split("."):
             node = node[part]
         out[key] = node
+    if out.get("engine.num_processes") == 0:  # "every GPU": the count sets the global batch, so it is resolved
+        from sweet.launch import total_processes
+        out["engine.num_processes"] = total_processes(cfg.engine)
     return out
 
 

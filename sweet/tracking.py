@@ -138,7 +138,7 @@ def trainer_callback(cfg, run_id: str):
 
     class MlflowStepLogger(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs:
+            if logs and state.is_world_process_zero:  # under `accelerate launch` every rank logs the same losses
                 log_metrics(cfg, run_id, {k: v for k, v in logs.items() if isinstance(v, (int, float))},
                             step=state.global_step)
 

@@ -1,11 +1,11 @@
-"""`task_family=frontend` through the seven stages on the `micro` profile: real SmolLM2-135M, real Chromium, the
-offline DOM-diff simulator and the named pixel similarity; then the RFT baseline on the same data, one table."""
+"""`task_family=frontend` through the seven stages on the `micro` profile: real Qwen2.5-Coder-0.5B policy,
+SmolLM2-135M critic, real Chromium, the offline DOM-diff simulator and the named pixel similarity."""
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from sweet.colbench import render as R
-from sweet.config import load_config, with_method
+from sweet.config import load_config
 from sweet.store import Catalog
 from tests.conftest import MODELS_DIR
 
@@ -44,12 +44,8 @@ def test_micro_frontend_flow_end_to_end(tmp_path):
     assert {"sweet/multi_turn/similarity", "sweet/multi_turn/win_rate", "zero_shot/multi_turn/similarity"} <= \
         set(parent[0].data.metrics)
 
-    # A baseline on the same collected trajectories: only its actor and its evaluation run.
-    rft = full(cfg=with_method(cfg, "rft"), return_state=True)
-    assert rft.is_completed(), rft
-    assert "| rft |" in rft.result() and "| sweet |" in rft.result()
-    # Every evaluated episode that produced a page keeps its final screenshot (a 135M policy often writes none).
+    # Every evaluated episode that produced a page keeps its final screenshot. (Baselines on the same data are
+    # covered for the backend family by test_methods_e2e; running RFT here too cost CI 1-2 minutes.)
     shots = list((cfg.root / "evaluate").rglob("screenshots/**/*.png"))
     rows = Catalog(cfg.root / "catalog.duckdb").query("SELECT method, answer FROM eval_results")
-    assert {r["method"] for r in rows} == {"zero_shot", "sweet", "rft"}
     assert len(shots) == sum(bool(r["answer"]) for r in rows)

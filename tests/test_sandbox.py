@@ -359,6 +359,20 @@ def test_forged_output_is_ignored():
     assert r.passed == 0 and r.error == "protocol error"
 
 
+def test_child_fd_layout_does_not_depend_on_the_parents_open_fds():
+    # A parent holding many descriptors (a long pytest run, a busy Prefect worker) gives the pipes high numbers; the
+    # child moves them to 3 and 4, so an answer writing to fds 3..63 disturbs the protocol whatever the parent held.
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(100)]
+    try:
+        junk = "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'garbage\\n')\n    except OSError:\n        pass\n"
+        r = evaluate_answer(junk + REF, REF, TESTS)
+        assert r.passed == 0 and r.error == "protocol error"
+        assert evaluate_answer(REF, REF, TESTS).passed == 10
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
 def test_forged_results_at_import_time_fail():
     # before any call exists: lines for every index, with the values the reference will produce; f is wrong
     r = evaluate_answer(FORGER + "_spray(_lines())\ndef f(x):\n    return -1\n", REF, TESTS)

@@ -82,13 +82,16 @@ def test_simulator_url_is_read_from_the_environment_when_the_profile_loads(monke
 
 
 # ------------------------------------------------------------------------------------------ accelerate configs
-@pytest.mark.parametrize("name, kind", [("zero3", "DEEPSPEED"), ("fsdp", "FSDP")])
-def test_shipped_accelerate_configs_parse_with_accelerates_loader(name, kind):
+@pytest.mark.parametrize("name, kind, precision", [("zero3", "DEEPSPEED", "bf16"), ("fsdp", "FSDP", "bf16"),
+                                                   ("ddp", "MULTI_GPU", "no")])
+def test_shipped_accelerate_configs_parse_with_accelerates_loader(name, kind, precision):
     from accelerate.commands.config.config_args import load_config_from_file
 
     cfg = load_config_from_file(str(ACCELERATE_CONFIGS_DIR / f"{name}.yaml"))
-    assert cfg.distributed_type.value == kind and cfg.mixed_precision == "bf16"
-    if name == "zero3":
+    assert cfg.distributed_type.value == kind and cfg.mixed_precision == precision
+    if name == "ddp":  # precision from the training arguments; runs on CPU processes where there is no GPU
+        assert not cfg.use_cpu
+    elif name == "zero3":
         ds = cfg.deepspeed_config
         assert ds["zero_stage"] == 3 and ds["offload_param_device"] == ds["offload_optimizer_device"] == "none"
     else:

@@ -82,18 +82,23 @@ class CharTokenizer:
         return 2 if token == "<|im_end|>" else 0
 
 
-@pytest.fixture
-def fake_vllm(monkeypatch):
+def install_fake_vllm(monkeypatch, llm_class):
+    """Make `import vllm` give a module whose `LLM` is `llm_class`, and start with no engines or adapter ids."""
     vllm = types.ModuleType("vllm")
-    vllm.LLM, vllm.SamplingParams = FakeLLM, FakeSamplingParams
+    vllm.LLM, vllm.SamplingParams = llm_class, FakeSamplingParams
     lora, request = types.ModuleType("vllm.lora"), types.ModuleType("vllm.lora.request")
     request.LoRARequest = FakeLoRARequest
     for name, mod in (("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request)):
         monkeypatch.setitem(sys.modules, name, mod)
     monkeypatch.setattr(vb, "_ENGINES", {})
     monkeypatch.setattr(vb, "_LORA_IDS", {})
-    FakeLLM.built = []
+    llm_class.built = []
     return vllm
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    return install_fake_vllm(monkeypatch, FakeLLM)
 
 
 def conv(text):

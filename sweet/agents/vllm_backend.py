@@ -13,7 +13,7 @@ kept only for callers that group work by it.
   the base policy, the trained actor and a local simulator of the same model share one engine.
 - Parallelism: `tensor_parallel_size` GPUs per model copy; `data_parallel_size` copies, each in its own process
   on its own GPUs (vLLM's offline `LLM` refuses data_parallel_size > 1 in one process), prompts split in order.
-- Critic scoring on GPU: `prompt_logprobs(texts, adapter)` returns log p(token | prefix) of given sequences
+- Critic scoring on GPU: `prompt_logprobs(sequences, adapter)` returns log p(token | prefix) of given sequences
   (`SamplingParams(max_tokens=1, prompt_logprobs=0)`), with the critic's adapter or without it (the reference):
   SWEET's advantage is the mean over an action's tokens of the difference of the two.
 - Engines are shared per model within a process and shut down when the last backend using one is closed (vLLM
@@ -237,14 +237,15 @@ class VLLMChat:
             out.extend(texts * n if greedy else texts)
         return out
 
-    def prompt_logprobs(self, texts: list[str], adapter: str | Path | None = None) -> list[list[float]]:
+    def prompt_logprobs(self, texts: list[str] | list[list[int]], adapter: str | Path | None = None
+                        ) -> list[list[float]]:
         """Per sequence, log p(token_k | tokens_<k) for k = 1..len-1 under the base model, or with `adapter` (a
-        LoRA critic) on. The critic-scoring path on GPU: score "history + action" with and without the critic's
-        adapter and average the difference over the action's tokens. Tokens are `self.tokenizer`'s, without
-        added special tokens (pass chat-templated text)."""
+        LoRA critic) on. The critic-scoring path on GPU (`algos.vllm_scoring`): score "history + action" with and
+        without the critic's adapter and average the difference over the action's tokens. A sequence is token ids,
+        or text tokenized by `self.tokenizer` without added special tokens (pass chat-templated text)."""
         if not texts:
             return []
-        prompts = [self._ids(t) for t in texts]
+        prompts = [list(t) if isinstance(t, list) else self._ids(t) for t in texts]
         if any(len(p) < 2 for p in prompts):
             raise ValueError("prompt_logprobs needs sequences of at least two tokens")
         params = [dict(max_tokens=1, temperature=0.0, prompt_logprobs=0)] * len(prompts)

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 from trl import DPOConfig, DPOTrainer
 
-from sweet.algos.critic import lora_config, model_dtype, resolve_device, training_kwargs
+from sweet.algos.training import lora_config, model_dtype, resolve_device, save_trained, training_kwargs
 from sweet.algos.dialogue import DialogueTooLong, fit_dialogue
 from sweet.config import ActorConfig
 
@@ -91,9 +91,8 @@ def train_actor(rows: list[dict], base_model: str, out_dir: Path, cfg: ActorConf
                          peft_config=lora_config(cfg.lora_r, cfg.lora_alpha), callbacks=list(callbacks))
     last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
     trainer.train(resume_from_checkpoint=last)
-    trainer.model.save_pretrained(final)
-    tokenizer.save_pretrained(final)
-    (final / "actor_config.json").write_text(json.dumps(cfg.model_dump(), indent=1))
+    save_trained(trainer, final, tokenizer,
+                 lambda: (final / "actor_config.json").write_text(json.dumps(cfg.model_dump(), indent=1)))
     return final
 
 

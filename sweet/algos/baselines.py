@@ -21,8 +21,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 from transformers.trainer_utils import get_last_checkpoint
 from trl import SFTConfig, SFTTrainer
 
-from sweet.algos.critic import lora_config, model_dtype, nll_loss, token_logps, training_kwargs
+from sweet.algos.critic import nll_loss, token_logps
 from sweet.algos.dialogue import DialogueTooLong, fit_dialogue
+from sweet.algos.training import lora_config, model_dtype, save_trained, training_kwargs
 from sweet.config import ActorConfig
 
 log = logging.getLogger(__name__)
@@ -116,9 +117,8 @@ def _train_and_save(trainer, tokenizer, out_dir: Path, cfg: ActorConfig, method:
     ckpt_dir, final = Path(trainer.args.output_dir), out_dir / "actor"
     last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
     trainer.train(resume_from_checkpoint=last)
-    trainer.model.save_pretrained(final)
-    tokenizer.save_pretrained(final)
-    (final / "actor_config.json").write_text(json.dumps({**cfg.model_dump(), "method": method}, indent=1))
+    save_trained(trainer, final, tokenizer, lambda: (final / "actor_config.json").write_text(
+        json.dumps({**cfg.model_dump(), "method": method}, indent=1)))
     return final
 
 
@@ -192,11 +192,11 @@ class MultiTurnDPOTrainer(Trainer):
         self._metrics: dict[str, list[float]] = {}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        m = self.accelerator.unwrap_model(model)
+        # Forward through `model` (it may be wrapped for DDP/FSDP/DeepSpeed); the adapter switch is on what it wraps.
         ids, attn, mask = inputs["input_ids"], inputs["attention_mask"], inputs["assistant_mask"]
-        logp = token_logps(m, ids, attn, mask)
-        with torch.no_grad(), m.disable_adapter():
-            ref = token_logps(m, ids, attn, mask)
+        logp = token_logps(model, ids, attn, mask)
+        with torch.no_grad(), self.accelerator.unwrap_model(model).disable_adapter():
+            ref = token_logps(model, ids, attn, mask)
         pol_seq, ref_seq, b = trajectory_logps(logp, mask), trajectory_logps(ref, mask), ids.shape[0] // 2
         dpo, r_c, r_r = mt_dpo_loss(pol_seq[:b], pol_seq[b:], ref_seq[:b], ref_seq[b:], self.beta)
         nll = sft_loss(logp[:b], mask[:b])

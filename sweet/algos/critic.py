@@ -9,6 +9,7 @@ the same `disable_adapter()` call (`FullFTCritic`). The value-head ablation live
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import logging
 from contextlib import contextmanager
@@ -17,11 +18,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import transformers
-from peft import LoraConfig, PeftModel, get_peft_model
+from accelerate.utils import extract_model_from_parallel
+from peft import PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from sweet.algos.dialogue import DialogueTooLong, fit_dialogue, tokenize_dialogue, with_training_info
+from sweet.algos.training import lora_config, model_dtype, resolve_device, save_trained, training_kwargs  # noqa: F401
 from sweet.config import CriticConfig
 
 log = logging.getLogger(__name__)
@@ -84,10 +87,13 @@ class FullFTCritic:
         finally:
             self._active = self.model
 
+    def __call__(self, *args, **kwargs):
+        return self._active(*args, **kwargs)
+
     def __getattr__(self, name: str):  # config, device, get_decoder(), get_output_embeddings(): the active model's
         if name in ("model", "reference", "_active"):
             raise AttributeError(name)  # not set yet (e.g. during copy): never recurse
-        return getattr(self._active, name)
+        return getattr(extract_model_from_parallel(self._active), name)  # through a DDP/DeepSpeed wrapper
 
 
 def _decoder(model):
@@ -102,15 +108,34 @@ def _lm_parts(model):
     return base.get_decoder(), base.get_output_embeddings()
 
 
+def decode(decoder, input_ids, attention_mask=None, cache=None, use_cache: bool = True):
+    """(last hidden states, KV cache) of `decoder`, continuing `cache` if given. Newer transformers name the cache
+    argument and output `cache`, older ones (the < 5.21 that vLLM 0.33 pins) `past_key_values`: both work."""
+    name = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+    extra = {name: cache} if cache is not None else {}
+    out = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=use_cache, **extra)
+    return out.last_hidden_state, getattr(out, name, None)
+
+
+def last_hidden(model, decoder, input_ids, attention_mask, cache=None) -> torch.Tensor:
+    """The decoder's final (normed) hidden states. Training goes through `model`'s own forward -- the wrapper DDP,
+    FSDP or DeepSpeed put around it syncs gradients and gathers shards only there -- with logits for one position;
+    cached scoring (inference only) calls the decoder directly."""
+    if cache is not None:
+        return decode(decoder, input_ids, attention_mask, cache)[0]
+    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1,
+                use_cache=False)
+    return out.hidden_states[-1]
+
+
 def token_logps(model, input_ids, attention_mask, target_mask, cache=None) -> torch.Tensor:
     """[B, T] log p(input_ids[:, p] | input_ids[:, <p]) where target_mask[:, p], else 0.
 
     The head runs only on the positions that predict a target token: a 150k vocabulary over every position would
     dominate memory on CPU. With `cache`, input_ids continue the cached prefix (column 0 is never a target).
     """
-    decoder, head = _lm_parts(model)
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, cache=cache,
-                     use_cache=cache is not None).last_hidden_state
+    decoder, head = _lm_parts(extract_model_from_parallel(model))
+    hidden = last_hidden(model, decoder, input_ids, attention_mask, cache)
     sel = target_mask[:, 1:].bool()
     logits = head(hidden[:, :-1][sel]).float()
     vals = logits.log_softmax(-1).gather(-1, input_ids[:, 1:][sel].unsqueeze(-1)).squeeze(-1)
@@ -169,13 +194,13 @@ class CriticTrainer(Trainer):
         self._metrics: dict[str, list[float]] = {}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        cfg, m = self.critic_cfg, self.accelerator.unwrap_model(model)
-        if self.ref_model is not None:
-            m = FullFTCritic(m, self.ref_model)
+        # `model` may be wrapped (DDP, FSDP, DeepSpeed): forward through it, switch the adapter on what it wraps.
+        cfg, m = self.critic_cfg, (model if self.ref_model is None else FullFTCritic(model, self.ref_model))
+        switch = self.accelerator.unwrap_model(model) if self.ref_model is None else m
         ids, attn, turn_ids = inputs["input_ids"], inputs["attention_mask"], inputs["turn_ids"]
         target = turn_ids >= 0
         logp = token_logps(m, ids, attn, target)
-        with torch.no_grad(), m.disable_adapter():
+        with torch.no_grad(), switch.disable_adapter():
             ref = token_logps(m, ids, attn, target)
         ratio = (logp - ref) * target
         b = ids.shape[0] // 2
@@ -198,31 +223,6 @@ class CriticTrainer(Trainer):
             logs.update({k: sum(v) / len(v) for k, v in self._metrics.items()})
             self._metrics.clear()
         super().log(logs, start_time)
-
-
-def resolve_device(device: str = "auto") -> str:
-    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-
-
-def model_dtype(device: str) -> torch.dtype:
-    # bf16 matmuls are ~5x slower than fp32 on this CPU; on a GPU bf16 halves memory.
-    return torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
-
-
-def lora_config(r: int, alpha: int) -> LoraConfig:
-    # lora_dropout 0: with B zero-initialised the adapter starts exactly at pi_ref (advantage 0), deterministically.
-    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-
-
-def training_kwargs(cfg, ckpt_dir: Path) -> dict:
-    """TrainingArguments shared by the critic and the actor (checkpoints, precision from the device, no reporting)."""
-    cuda = torch.cuda.is_available()
-    return dict(output_dir=str(ckpt_dir), learning_rate=cfg.lr, num_train_epochs=cfg.epochs,
-                per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
-                save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=2, logging_steps=1,
-                report_to="none", seed=cfg.seed, data_seed=cfg.seed, use_cpu=not cuda,
-                bf16=cuda and torch.cuda.is_bf16_supported(), fp16=False, activation_checkpointing=False,
-                remove_unused_columns=False, dataloader_num_workers=0, disable_tqdm=False)  # a bar per stage
 
 
 def train_critic(pairs: list[dict], base_model: str, out_dir: Path, cfg: CriticConfig, callbacks=()) -> Path:
@@ -263,9 +263,8 @@ def train_critic(pairs: list[dict], base_model: str, out_dir: Path, cfg: CriticC
                             data_collator=lambda b: collate_pairs(b, pad_id), callbacks=list(callbacks))
     last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
     trainer.train(resume_from_checkpoint=last)
-    trainer.model.save_pretrained(final)
-    tokenizer.save_pretrained(final)
-    write_critic_config(final, cfg, head="lm", lora=use_lora, base_model=base_model)
+    save_trained(trainer, final, tokenizer,
+                 lambda: write_critic_config(final, cfg, head="lm", lora=use_lora, base_model=base_model))
     return final
 
 
@@ -319,7 +318,7 @@ def candidate_inputs(model, tokenizer, history, candidates, shared_prefix, max_l
         # Prefix minus its last token goes in the cache; that token leads each row, so row position 0 predicts
         # the candidate's first token.
         pre = torch.tensor([prefix[:-1]], device=device)
-        cache = _decoder(model)(input_ids=pre, use_cache=True).cache
+        cache = decode(_decoder(model), pre)[1]
         cache.batch_repeat_interleave(n)
         ids = _pad([[prefix[-1]] + c for c in cands], pad).to(device)
         attn = torch.cat([torch.ones(n, len(prefix) - 1, dtype=torch.long),

@@ -17,15 +17,19 @@ from sweet.algos.critic import load_critic, score_candidates
 @dataclass
 class LoadedCritic:
     """A loaded critic of either kind; pass it to `score_any`. kind: 'lm' (advantage from the LM head, LoRA or full
-    fine-tuning) or 'value' (regression head, `value_head.py`); config: its critic_config.json."""
+    fine-tuning), 'lm-vllm' (the same, scored on vLLM) or 'value' (regression head, `value_head.py`); config: its
+    critic_config.json."""
     kind: str
     model: Any
     tokenizer: Any
     config: dict
 
 
-def load_any_critic(critic_dir: str | Path, device: str = "auto") -> LoadedCritic:
-    """Load a `train_critic` / `train_value_critic` output, whichever it is (critic_config.json's `head`)."""
+def load_any_critic(critic_dir: str | Path, device: str = "auto", cfg=None) -> LoadedCritic:
+    """Load a `train_critic` / `train_value_critic` output, whichever it is (critic_config.json's `head`).
+
+    With `cfg.engine.backend == 'vllm'`, an LM-head critic is served by vLLM (kind 'lm-vllm', `vllm_scoring`);
+    a value-head critic stays on transformers either way."""
     conf_file = Path(critic_dir) / "critic_config.json"
     if not conf_file.exists():
         raise FileNotFoundError(f"{critic_dir} has no critic_config.json: not a finished critic output")
@@ -34,6 +38,11 @@ def load_any_critic(critic_dir: str | Path, device: str = "auto") -> LoadedCriti
     if kind == "value":
         from sweet.algos.value_head import load_value_critic  # lazily: it loads torch models of its own
         model, tok = load_value_critic(critic_dir, device)
+    elif kind == "lm" and cfg is not None and cfg.engine.backend == "vllm":
+        from sweet.algos.vllm_scoring import VLLMCritic  # lazily: vLLM is an optional dependency
+
+        vc = VLLMCritic(critic_dir, conf, cfg)
+        return LoadedCritic("lm-vllm", vc, vc.tokenizer, conf)
     elif kind == "lm":
         model, tok = load_critic(critic_dir, device)
     else:
@@ -57,4 +66,6 @@ def score_any(critic: LoadedCritic, history: list[dict], candidates: list[str], 
         return score_candidates_value(critic.model, critic.tokenizer, history, candidates, training_info, **kw)
     kw.update(length_norm=conf.get("length_norm", True), ref_with_training_info=conf.get("variant", "paper") == "paper")
     kw.update(flags)
+    if critic.kind == "lm-vllm":
+        return critic.model.score(history, candidates, training_info, **kw)
     return score_candidates(critic.model, critic.tokenizer, history, candidates, training_info, **kw)

@@ -25,13 +25,14 @@ from pathlib import Path
 
 import torch
 import transformers
+from accelerate.utils import extract_model_from_parallel
 from peft import PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from sweet.algos.critic import (_mask_from_lengths, _pad, candidate_inputs, lora_config, model_dtype, resolve_device,
-                                span_mask, training_kwargs, write_critic_config)
+from sweet.algos.critic import _mask_from_lengths, _pad, candidate_inputs, last_hidden, span_mask, write_critic_config
 from sweet.algos.dialogue import DialogueTooLong, tokenize_dialogue, with_training_info
+from sweet.algos.training import lora_config, model_dtype, resolve_device, save_trained, training_kwargs
 
 log = logging.getLogger(__name__)
 HEAD = "value_head"  # attribute of the base model that holds the head
@@ -64,9 +65,8 @@ def pool_spans(hidden: torch.Tensor, span_ids: torch.Tensor, n_spans: int) -> tu
 
 def span_values(model, input_ids, attention_mask, span_ids, n_spans: int, cache=None):
     """V for each span: head(mean of the last hidden states over the span). Returns (values [B, K], present [B, K])."""
-    base = model.get_base_model()
-    hidden = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, cache=cache,
-                                use_cache=cache is not None).last_hidden_state
+    base = extract_model_from_parallel(model).get_base_model()
+    hidden = last_hidden(model, base.get_decoder(), input_ids, attention_mask, cache)
     with torch.autocast(hidden.device.type, enabled=False):  # the head stays fp32 under bf16 mixed precision
         pooled, present = pool_spans(hidden, span_ids, n_spans)
         return getattr(base, HEAD)(pooled).squeeze(-1), present
@@ -113,7 +113,7 @@ class ValueTrainer(Trainer):
     loss_is_scaled_for_ga = False  # per-batch mean: Trainer divides by grad_accum itself
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss, values, present = value_loss(self.accelerator.unwrap_model(model), inputs)
+        loss, values, present = value_loss(model, inputs)  # through the wrapper (DDP, FSDP, DeepSpeed), if any
         return (loss, {"values": values.detach()}) if return_outputs else loss
 
 
@@ -152,12 +152,15 @@ def train_value_critic(trajectories: list[dict], base_model: str, out_dir: Path,
                            data_collator=lambda b: collate_trajectories(b, pad_id))
     last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
     trainer.train(resume_from_checkpoint=last)
-    trainer.model.save_pretrained(final)
-    head = getattr(trainer.model.get_base_model(), HEAD)
-    torch.save({k: v.detach().float().cpu() for k, v in head.modules_to_save["default"].state_dict().items()},
-               final / HEAD_FILE)
-    tokenizer.save_pretrained(final)
-    write_critic_config(final, cfg, head="value", lora=True, base_model=base_model)
+
+    def write_extra():  # the head read back from the saved adapter: whole even where training sharded it
+        from safetensors.torch import load_file
+        saved = load_file(final / "adapter_model.safetensors")
+        torch.save({k.split(f"{HEAD}.")[-1]: v.float() for k, v in saved.items() if f".{HEAD}." in k},
+                   final / HEAD_FILE)
+        write_critic_config(final, cfg, head="value", lora=True, base_model=base_model)
+
+    save_trained(trainer, final, tokenizer, write_extra)
     return final
 
 

@@ -13,6 +13,7 @@ carrying that call's nonce (anything else ends the run as "bad result").  So a f
 value for the call now running, which the answer could have returned anyway; expected values never enter here.
 The answer's stdin/stdout/stderr are /dev/null.  Stdlib only; never import this module from the pipeline.
 """
+import fcntl
 import marshal
 import os
 import sys
@@ -124,8 +125,21 @@ def _recv(fd):
     return None if body is None else marshal.loads(body)
 
 
+def _renumber(*fds):
+    """Move the inherited pipe ends to 3, 4, ...: their numbers in the parent depend on how many descriptors it
+    has open, and the child's layout should not (nor what an answer that writes to fds 3..63 can reach)."""
+    high = []
+    for fd in fds:  # first above every target, so no dup2 below can clobber a pipe not yet moved
+        high.append(fcntl.fcntl(fd, fcntl.F_DUPFD, 3 + len(fds)))
+        os.close(fd)
+    for target, fd in enumerate(high, start=3):
+        os.dup2(fd, target, inheritable=False)
+        os.close(fd)
+    return tuple(range(3, 3 + len(fds)))
+
+
 def main():
-    req_fd, fd = int(sys.argv[1]), int(sys.argv[2])
+    req_fd, fd = _renumber(int(sys.argv[1]), int(sys.argv[2]))
     req = _recv(req_fd)
     cfg, max_line = req["cfg"], req["cfg"]["max_line"]
     confinement = {"__name__": "_sandbox_confine"}

@@ -20,6 +20,9 @@ _ROLLOUT = ("sweet.colbench.backend", "sweet.colbench.sandbox", "sweet.agents.hf
 _FAMILY = ("task_family", "frontend")
 # vLLM samples differently from transformers (another RNG, other kernels): the backend is part of a rollout's identity.
 _ENGINE = ("engine.backend",)
+# How training is spread (counted only when launched: see `pipeline.COUNTS_ONLY_IF`): processes x per-device batch x
+# grad_accum is the global batch, and ZeRO-3/FSDP set the precision.
+_LAUNCH = ("engine.launcher", "engine.accelerate_config", "engine.num_processes")
 
 GENERATE = Stage("generate_tasks", generate_tasks, ("task_family", "tasks", "api.base_url"),
                  ("sweet.stages.generate", "sweet.colbench.tasks", "sweet.colbench.official", "sweet.colbench.taskgen",
@@ -28,13 +31,17 @@ COLLECT = Stage("collect_trajectories", collect_trajectories,
                 ("models.policy", "models.simulator", "api.base_url", "collect") + _FAMILY + _ENGINE,
                 _ROLLOUT + ("sweet.colbench.official",))
 PAIRS = Stage("build_preference_pairs", build_preference_pairs, ("pairs",), ("sweet.stages.pairs",))
-CRITIC = Stage("train_critic", train_critic, ("models.critic_base", "critic"),
-               ("sweet.stages.critic", "sweet.algos.critic", "sweet.algos.value_head", "sweet.algos.dialogue"))
-CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates, ("models.policy", "candidates"),
-                   ("sweet.stages.candidates", "sweet.algos.critic", "sweet.algos.scoring", "sweet.algos.value_head", "sweet.algos.actor",
-                    "sweet.agents.hf"))
-ACTOR = Stage("train_dpo_actor", train_dpo_actor, ("method", "models.policy", "actor"),
-              ("sweet.stages.actor", "sweet.algos.actor", "sweet.algos.baselines", "sweet.algos.dialogue"))
+CRITIC = Stage("train_critic", train_critic, ("models.critic_base", "critic") + _LAUNCH,
+               ("sweet.stages.critic", "sweet.algos.critic", "sweet.algos.value_head", "sweet.algos.dialogue",
+                "sweet.algos.training", "sweet.launch", "sweet.train"))
+CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates,
+                   ("models.policy", "candidates") + _ENGINE,
+                   ("sweet.stages.candidates", "sweet.algos.critic", "sweet.algos.scoring", "sweet.algos.value_head",
+                    "sweet.algos.actor", "sweet.algos.training", "sweet.algos.vllm_scoring", "sweet.agents.hf",
+                    "sweet.agents.vllm_backend"))
+ACTOR = Stage("train_dpo_actor", train_dpo_actor, ("method", "models.policy", "actor") + _LAUNCH,
+              ("sweet.stages.actor", "sweet.algos.actor", "sweet.algos.baselines", "sweet.algos.dialogue",
+               "sweet.algos.training", "sweet.launch", "sweet.train"))
 EVALUATE = Stage("evaluate", evaluate, ("method", "models.policy", "models.simulator", "api.base_url", "evaluate")
                  + _FAMILY + _ENGINE,
                  _ROLLOUT + ("sweet.stages.evaluate", "sweet.stages.best_of_n", "sweet.algos.scoring"))

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweet import tracking
+from sweet import launch, tracking
 from sweet.models import resolve_model
 from sweet.store import loads, read_rows
 
 
 def train_dpo_actor(cfg, out: Path, data_dir: str) -> dict:
+    if cfg.engine.launcher == "accelerate":  # every GPU of the node(s): this same function in each process
+        return launch.run_launched("train_dpo_actor", cfg, out, [data_dir])
     run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
-    callbacks = [tracking.trainer_callback(cfg, run_id)]
+    callbacks = [tracking.trainer_callback(cfg, run_id), launch.replica_check(cfg, run_id)]
     base = resolve_model(cfg.models.policy, cfg.models.cache_dir)
     if cfg.method == "rft":
         from sweet.algos.baselines import train_rft

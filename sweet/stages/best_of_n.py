@@ -39,5 +39,5 @@ def load_best_of_n(cfg, critic_dir: Path, tasks: list):
     # Conversations are matched to their task by the first (prompt) message, which holds the task description.
     info = {new_episode(cfg, t, 0, e.max_turns, mode=mode).messages[0]["content"]: t.ground_truth
             for t in tasks for mode in e.modes}
-    critic = load_any_critic(critic_dir, policy.device)
+    critic = load_any_critic(critic_dir, policy.device, cfg)  # on vLLM when engine.backend=vllm
     return BestOfN(policy, critic, info, e.best_of_n, e.best_of_n_temperature, critic_flags(cfg)), simulator

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from sweet.agents.hf import ChatLM
+from sweet.agents import load_chat
 from sweet.algos import actor as sweet_actor
 from sweet.algos import scoring
+from sweet.stages.collect import close_models
 from sweet.store import dumps, loads, read_rows, read_shards, write_rows
 
 
@@ -45,21 +46,24 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
     fname = lambda tid: re.sub(r"[^A-Za-z0-9_.-]", "_", tid) + ".parquet"  # noqa: E731
     todo = [t for t in turns if not (shards / fname(t["turn_id"])).exists()]
     if todo:
-        models_dir = cfg.models.cache_dir
-        policy = ChatLM.load(cfg.models.policy, device=cfg.models.device, models_dir=models_dir, batch_size=c.batch_size)
-        critic = scoring.load_any_critic(Path(critic_dir) / "critic", policy.device)
+        # transformers or vLLM (engine.backend): N samples per prompt, and the critic's prompt log-probs.
+        policy = load_chat(cfg.models.policy, cfg, batch=c.batch_size)
+        critic = scoring.load_any_critic(Path(critic_dir) / "critic", policy.device, cfg)
         group = max(1, policy.batch_size // c.n)
-        for s in tqdm(range(0, len(todo), group), desc="candidates", unit="turn"):
-            chunk = todo[s:s + group]
-            samples = policy.generate([t["history"] for t in chunk], c.max_new_tokens, c.temperature,
-                                      seed=c.seed + s, num_return_sequences=c.n)
-            for j, t in enumerate(chunk):
-                cands = samples[j * c.n:(j + 1) * c.n]
-                scores = scoring.score_any(critic, t["history"], cands, t["training_info"], **critic_flags(cfg))
-                write_rows([{"turn_id": t["turn_id"], "traj_id": t["traj_id"], "task_id": t["task_id"],
-                             "turn": t["turn"], "cand_idx": i, "text": x, "score": float(sc),
-                             "history": dumps(t["history"])} for i, (x, sc) in enumerate(zip(cands, scores))],
-                           shards / fname(t["turn_id"]))
+        try:
+            for s in tqdm(range(0, len(todo), group), desc="candidates", unit="turn"):
+                chunk = todo[s:s + group]
+                samples = policy.generate([t["history"] for t in chunk], c.max_new_tokens, c.temperature,
+                                          seed=c.seed + s, num_return_sequences=c.n)
+                for j, t in enumerate(chunk):
+                    cands = samples[j * c.n:(j + 1) * c.n]
+                    scores = scoring.score_any(critic, t["history"], cands, t["training_info"], **critic_flags(cfg))
+                    write_rows([{"turn_id": t["turn_id"], "traj_id": t["traj_id"], "task_id": t["task_id"],
+                                 "turn": t["turn"], "cand_idx": i, "text": x, "score": float(sc),
+                                 "history": dumps(t["history"])} for i, (x, sc) in enumerate(zip(cands, scores))],
+                               shards / fname(t["turn_id"]))
+        finally:  # vLLM engines hold their GPU memory until closed; the actor stage needs it next
+            close_models(policy, critic.model)
     rows = sorted(read_shards(shards), key=lambda r: (r["turn_id"], r["cand_idx"]))
     write_rows(rows, out / "candidates.parquet")
     rng = random.Random(c.seed)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweet import tracking
+from sweet import launch, tracking
 from sweet.algos import critic as sweet_critic
 from sweet.models import resolve_model
 from sweet.pipeline import read_manifest
@@ -14,9 +14,11 @@ from sweet.store import loads, read_rows
 
 
 def train_critic(cfg, out: Path, pairs_dir: str) -> dict:
+    if cfg.engine.launcher == "accelerate":  # every GPU of the node(s): this same function in each process
+        return launch.run_launched("train_critic", cfg, out, [pairs_dir])
     run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
     base = resolve_model(cfg.models.critic_base, cfg.models.cache_dir)
-    callbacks = [tracking.trainer_callback(cfg, run_id)]
+    callbacks = [tracking.trainer_callback(cfg, run_id), launch.replica_check(cfg, run_id)]
     if cfg.critic.head == "value":
         from sweet.algos.value_head import train_value_critic
         # A value head learns from every collected trajectory's reward, not only the paired ones.
