@@ -10,6 +10,8 @@ prompt position a dict {token id: Logprob} holding the prompt's own token (posit
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import random
 import sys
 import types
@@ -266,3 +268,24 @@ def test_load_chat_routes_local_refs_to_vllm_and_leaves_api_refs(fake_vllm, monk
     assert isinstance(api, ChatAPI)
     api.close()
     lm.close()
+
+
+def test_the_installed_vllm_accepts_what_the_backend_passes():
+    # Runs where the gpu extra is installed (it imports on a CPU machine too); the fakes above follow this API.
+    vllm = pytest.importorskip("vllm")
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.lora.request import LoRARequest
+
+    engine_args = {f.name for f in dataclasses.fields(EngineArgs)}
+    assert {"model", "tokenizer", "tensor_parallel_size", "gpu_memory_utilization", "seed", "enable_lora",
+            "max_lora_rank", "max_model_len"} <= engine_args
+    sampled = vllm.SamplingParams(n=3, temperature=1.0, top_p=1.0, max_tokens=5, stop_token_ids=[2, 3],
+                                  skip_special_tokens=True, seed=11)
+    assert (sampled.n, sampled.seed) == (3, 11)
+    assert vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0).prompt_logprobs == 0
+    with pytest.raises(Exception, match="n must be 1"):  # vLLM's own VLLMValidationError
+        vllm.SamplingParams(n=3, temperature=0.0)
+    req = LoRARequest("critic", 1, "/adapters/critic")
+    assert (req.lora_name, req.lora_int_id, req.lora_path) == ("critic", 1, "/adapters/critic")
+    assert {"prompts", "sampling_params", "use_tqdm", "lora_request"} <= set(
+        inspect.signature(vllm.LLM.generate).parameters)
