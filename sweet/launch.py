@@ -20,8 +20,10 @@ import collections
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -105,8 +107,11 @@ SUMMARY_FILE = "summary.json"
 def run_launched(stage: str, cfg, out: Path, inputs: Sequence[str], *, tail_lines: int = 40) -> dict:
     """Run training stage `stage` (train_critic, train_dpo_actor) under `accelerate launch`; return its summary.
 
-    The children's output is echoed line by line; a failure raises one error with the exit status and their last
-    `tail_lines` lines. Checkpoints stay in the stage folder, so a relaunch resumes where the last one stopped.
+    The children's output is echoed line by line; a failure raises one error with the exit status, the exception
+    lines the children printed and their last `tail_lines` lines. If this process is interrupted (Ctrl-C, a Prefect
+    cancellation, any exception) the whole launch is stopped with it, and if it dies outright the launcher gets
+    SIGTERM, which torchrun passes on to every rank: no orphaned training keeps the GPUs. Checkpoints stay in the
+    stage folder, so a relaunch resumes where the last one stopped.
     """
     work = Path(out) / LAUNCH_DIR
     work.mkdir(parents=True, exist_ok=True)
@@ -117,14 +122,21 @@ def run_launched(stage: str, cfg, out: Path, inputs: Sequence[str], *, tail_line
     print(f"{stage}: {' '.join(map(str, argv))}", flush=True)
     tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
     errors: dict[str, None] = {}  # each distinct exception line of the children, in order
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                          bufsize=1) as proc:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                            bufsize=1, start_new_session=True, preexec_fn=_term_when_parent_dies)
+    try:
         for line in proc.stdout:
             print(line, end="", flush=True)
             tail.append(line.rstrip("\n"))
             found = _EXCEPTION.match(line)
             if found:
                 errors.setdefault(found.group(1).rstrip(), None)
+        proc.wait()
+    except BaseException:
+        stop_launch(proc)
+        raise
+    finally:
+        proc.stdout.close()
     if proc.returncode != 0:
         # The launcher's own report (every rank's exit code) comes last and would push the cause out of the tail.
         raise RuntimeError(f"{stage}: `accelerate launch` exited with status {proc.returncode}. The training "
@@ -134,6 +146,33 @@ def run_launched(stage: str, cfg, out: Path, inputs: Sequence[str], *, tail_line
     if not summary.is_file():
         raise RuntimeError(f"{stage}: `accelerate launch` exited cleanly but rank 0 wrote no {summary}")
     return json.loads(summary.read_text())
+
+
+def _term_when_parent_dies() -> None:  # in the launcher, between fork and exec
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def stop_launch(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM the launch's process group (accelerate, torchrun, every rank); SIGKILL what is left after grace_s."""
+    if proc.returncode is not None:  # reaped: its pid, the group's id, may belong to someone else by now
+        return
+
+    def signal_group(sig):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    # Watched without reaping until the group has had its SIGKILL too: while unreaped, the id cannot be reused.
+    while time.monotonic() < deadline and os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        time.sleep(0.1)
+    signal_group(signal.SIGKILL)  # ranks can outlive their launcher
+    proc.wait()
 
 
 def replica_check(cfg, run_id: str):

@@ -125,3 +125,70 @@ def test_every_gpu_is_resolved_to_a_count(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(RuntimeError, match="found no GPU"):
         config_slice(cfg, CRITIC.config_keys)
+
+
+# --------------------------------------------------------------------------------------- stopping a launch
+# The "launch" is a Python process that starts a grandchild, as torchrun starts the ranks, and forwards SIGTERM to it
+# as torchrun does; both print their pids.
+FAKE_LAUNCH = ("import os, signal, subprocess, sys, time\n"
+               "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+               "signal.signal(signal.SIGTERM, lambda *a: (g.terminate(), sys.exit(1)))\n"
+               "print(os.getpid(), g.pid, flush=True)\n"
+               "time.sleep(120)\n")
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_dead(pids, timeout_s=20.0) -> bool:
+    import time
+
+    end = time.monotonic() + timeout_s
+    while any(alive(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.1)
+    return not any(alive(p) for p in pids)
+
+
+def test_an_interrupted_launch_stops_every_process_of_it(tmp_path, monkeypatch):
+    import sys
+
+    from sweet import launch
+
+    monkeypatch.setattr(launch, "accelerate_argv", lambda *a, **k: [sys.executable, "-c", FAKE_LAUNCH])
+    pids: list[int] = []
+
+    def interrupted_on_the_pids_line(line="", **kw):  # stands for Ctrl-C / a cancellation while training runs
+        if line.split() and all(x.isdigit() for x in line.split()):
+            pids.extend(int(x) for x in line.split())
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(launch, "print", interrupted_on_the_pids_line, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        launch.run_launched("train_critic", load_config("micro"), tmp_path, ["pairs"])
+    assert len(pids) == 2 and wait_dead(pids)
+
+
+def test_a_launch_whose_parent_dies_outright_is_stopped(tmp_path):
+    import subprocess
+    import sys
+
+    parent = ("import sys\nfrom sweet import launch\nfrom sweet.config import load_config\n"
+              f"launch.accelerate_argv = lambda *a, **k: [sys.executable, '-c', {FAKE_LAUNCH!r}]\n"
+              f"launch.run_launched('train_critic', load_config('micro'), {str(tmp_path)!r}, ['pairs'])\n")
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        while not (line.split() and all(x.isdigit() for x in line.split())):
+            line = proc.stdout.readline()
+            assert line, "the fake launch never started"
+        pids = [int(x) for x in line.split()]
+        proc.kill()  # SIGKILL: no handler, no finally in the parent runs
+        proc.wait()
+        assert wait_dead(pids)
+    finally:
+        proc.kill()

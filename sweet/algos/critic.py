@@ -118,14 +118,19 @@ def decode(decoder, input_ids, attention_mask=None, cache=None, use_cache: bool 
 
 
 def last_hidden(model, decoder, input_ids, attention_mask, cache=None) -> torch.Tensor:
-    """The decoder's final (normed) hidden states. Training goes through `model`'s own forward -- the wrapper DDP,
-    FSDP or DeepSpeed put around it syncs gradients and gathers shards only there -- with logits for one position;
-    cached scoring (inference only) calls the decoder directly."""
+    """The decoder's final (normed) hidden states. Without a cache this goes through `model`'s own forward -- the
+    wrapper DDP, FSDP or DeepSpeed put around it syncs gradients and gathers shards only there -- with logits for
+    one position, the states taken from `decoder`'s output by a hook (asking for every layer's hidden states would
+    keep them all alive in the no-grad reference pass). Cached scoring (inference only) calls the decoder."""
     if cache is not None:
         return decode(decoder, input_ids, attention_mask, cache)[0]
-    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1,
-                use_cache=False)
-    return out.hidden_states[-1]
+    seen = []
+    hook = decoder.register_forward_hook(lambda _module, _args, out: seen.append(out.last_hidden_state))
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, use_cache=False)
+    finally:
+        hook.remove()
+    return seen[-1]
 
 
 def token_logps(model, input_ids, attention_mask, target_mask, cache=None) -> torch.Tensor:
