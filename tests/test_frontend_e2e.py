@@ -45,7 +45,7 @@ def test_micro_frontend_flow_end_to_end(tmp_path):
         set(parent[0].data.metrics)
 
     # Every evaluated episode that produced a page keeps its final screenshot. (Baselines on the same data are
-    # covered for the backend family by test_methods_e2e; running RFT here too cost CI 1-2 minutes.)
+    # covered for the backend family by test_methods_e2e.)
     shots = list((cfg.root / "evaluate").rglob("screenshots/**/*.png"))
     rows = Catalog(cfg.root / "catalog.duckdb").query("SELECT method, answer FROM eval_results")
     assert len(shots) == sum(bool(r["answer"]) for r in rows)

@@ -9,6 +9,7 @@ the same `disable_adapter()` call (`FullFTCritic`). The value-head ablation live
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 import logging
@@ -24,7 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingA
 from transformers.trainer_utils import get_last_checkpoint
 
 from sweet.algos.dialogue import DialogueTooLong, fit_dialogue, tokenize_dialogue, with_training_info
-from sweet.algos.training import lora_config, model_dtype, resolve_device, save_trained, training_kwargs  # noqa: F401
+from sweet.algos.training import lora_config, model_dtype, resolve_device, save_trained, training_kwargs
 from sweet.config import CriticConfig
 
 log = logging.getLogger(__name__)
@@ -108,13 +109,19 @@ def _lm_parts(model):
     return base.get_decoder(), base.get_output_embeddings()
 
 
-def decode(decoder, input_ids, attention_mask=None, cache=None, use_cache: bool = True):
-    """(last hidden states, KV cache) of `decoder`, continuing `cache` if given. Newer transformers name the cache
-    argument and output `cache`, older ones (the < 5.21 that vLLM 0.33 pins) `past_key_values`: both work."""
-    name = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+@functools.cache
+def _cache_arg(decoder_class: type) -> str:
+    # Newer transformers name the KV-cache argument and output `cache`, older ones (the < 5.21 that vLLM 0.33 pins)
+    # `past_key_values`.
+    return "cache" if "cache" in inspect.signature(decoder_class.forward).parameters else "past_key_values"
+
+
+def decode(decoder, input_ids, attention_mask=None, cache=None):
+    """(last hidden states, KV cache) of `decoder`, continuing `cache` if given, under either transformers' names."""
+    name = _cache_arg(type(decoder))
     extra = {name: cache} if cache is not None else {}
-    out = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=use_cache, **extra)
-    return out.last_hidden_state, getattr(out, name, None)
+    out = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **extra)
+    return out.last_hidden_state, getattr(out, name)
 
 
 def last_hidden(model, decoder, input_ids, attention_mask, cache=None) -> torch.Tensor:
@@ -299,12 +306,9 @@ def load_critic(adapter_dir: str | Path, device: str = "auto", base_model: str |
     return model, AutoTokenizer.from_pretrained(d)
 
 
-def candidate_inputs(model, tokenizer, history, candidates, shared_prefix, max_length):
-    """One batch for N candidate actions after `history`: (input_ids, attention_mask, cache or None, offset, lengths);
-    candidate i's tokens (content + end of turn) are input_ids[i, offset:offset + lengths[i]].
-
-    shared_prefix: the history runs once into a KV cache repeated N times; else each row repeats the history.
-    """
+def candidate_tokens(tokenizer, history, candidates, max_length) -> tuple[list[int], list[list[int]]]:
+    """(history tokens, each candidate's tokens): the history fitted to `max_length` for the longest candidate, a
+    candidate's tokens its content plus its end of turn. Also what vLLM scoring reads (`vllm_scoring`)."""
     longest = max(candidates, key=lambda c: len(tokenizer(c, add_special_tokens=False)["input_ids"]))
     kept, _ = fit_dialogue(tokenizer, history + [{"role": "assistant", "content": longest}], max_length)
     history = kept[:-1]
@@ -317,6 +321,16 @@ def candidate_inputs(model, tokenizer, history, candidates, shared_prefix, max_l
         if s != start or t["input_ids"][:s] != prefix:
             raise ValueError("candidates do not share their history's tokens; the chat template is not prefix-stable")
         cands.append(t["input_ids"][s:e])
+    return prefix, cands
+
+
+def candidate_inputs(model, tokenizer, history, candidates, shared_prefix, max_length):
+    """One batch for N candidate actions after `history`: (input_ids, attention_mask, cache or None, offset, lengths);
+    candidate i's tokens (content + end of turn) are input_ids[i, offset:offset + lengths[i]].
+
+    shared_prefix: the history runs once into a KV cache repeated N times; else each row repeats the history.
+    """
+    prefix, cands = candidate_tokens(tokenizer, history, candidates, max_length)
     device, pad, n = model.device, tokenizer.pad_token_id or 0, len(cands)
     lens = [len(c) for c in cands]
     if shared_prefix:

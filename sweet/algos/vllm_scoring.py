@@ -1,8 +1,8 @@
 """Critic scoring on vLLM (engine.backend=vllm): Eq. 2's advantage from prompt log-probs instead of forward passes.
 
 score(a) = mean (or sum) over a's tokens of log pi_theta(a^l | o_t, c, a^<l) - log pi_ref(a^l | o_t, [c], a^<l), the
-same quantity as `critic.score_candidates`, over the same tokens (the history fitted and tokenized by the same
-helpers, the candidate's content plus its end of turn). vLLM returns log p of every prompt token given its prefix
+same quantity as `critic.score_candidates`, over the same tokens (`critic.candidate_tokens`: the history fitted to
+max_length, the candidate's content plus its end of turn). vLLM returns log p of every prompt token given its prefix
 (`VLLMChat.prompt_logprobs`); the candidate's span is read off. A LoRA critic is one engine of the base model with
 the critic's adapter on (pi_theta) or off (pi_ref); a fully fine-tuned critic is an engine of its own weights next to
 one of the base model. Value-head critics are scored by transformers (`scoring.load_any_critic`).
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweet.algos.dialogue import fit_dialogue, tokenize_dialogue, with_training_info
+from sweet.algos.critic import candidate_tokens
+from sweet.algos.dialogue import with_training_info
 
 
 class VLLMCritic:
@@ -49,19 +50,11 @@ class VLLMCritic:
         return scores
 
     def _candidate_logps(self, engine, adapter, history, candidates, max_length) -> list[list[float]]:
-        """Per candidate, log p of its tokens (content + end of turn) after `history`, as `candidate_inputs` cuts
-        them: the history fitted to `max_length` for the longest candidate, then each candidate appended."""
-        tok = self.tokenizer
-        longest = max(candidates, key=lambda c: len(tok(c, add_special_tokens=False)["input_ids"]))
-        kept, _ = fit_dialogue(tok, history + [{"role": "assistant", "content": longest}], max_length)
-        seqs, spans = [], []
-        for c in candidates:
-            t = tokenize_dialogue(tok, kept[:-1] + [{"role": "assistant", "content": c}])
-            seqs.append(t["input_ids"])
-            spans.append(t["turn_spans"][-1])
-        lps = engine.prompt_logprobs(seqs, adapter=adapter)
-        # lps[i][k - 1] = log p(token k | tokens < k); a candidate's first token follows the history, so k >= 1.
-        return [lp[s - 1:e - 1] for lp, (s, e) in zip(lps, spans, strict=True)]
+        """Per candidate, log p of its tokens after `history`, cut as `critic.candidate_tokens` cuts them."""
+        prefix, cands = candidate_tokens(self.tokenizer, history, candidates, max_length)
+        lps = engine.prompt_logprobs([prefix + c for c in cands], adapter=adapter)
+        # lps[i][k - 1] = log p(token k | tokens < k); a candidate's first token is token len(prefix) >= 1.
+        return [lp[len(prefix) - 1:len(prefix) - 1 + len(c)] for lp, c in zip(lps, cands, strict=True)]
 
     def close(self) -> None:
         self.policy.close()
