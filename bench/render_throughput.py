@@ -4,7 +4,7 @@
 Pages are the WebSight-style fixtures in tests/data/frontend/, expanded to --pages distinct variants (colour
 classes and text swapped).  Modes, pages per second side by side:
 
-  pooled (pool=N)        one sweet.colbench.render.Renderer, render_many over all pages, N pages at once
+  pooled (pool=N)        one sweet.render.Renderer, render_many over all pages, N pages at once
   pooled (pool=1)        one page at a time
   pooled, whole tailwind pool=N, but every page is sent the whole 2.9 MB Tailwind file instead of its subset
   browser per render     a fresh Renderer (Playwright driver + Chromium launch + page) for every page
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sweet.colbench import render as R  # noqa: E402
+from sweet import render as R  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "data" / "frontend"
 SWAPS = [("blue", "indigo"), ("indigo", "purple"), ("gray", "gray"), ("yellow", "green"), ("pink", "red"),

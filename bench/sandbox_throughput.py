@@ -4,7 +4,7 @@
 Answers are the bundled backend tasks' own references plus one mutant of each (the reference with its function
 wrapped so numeric results are off by one), 10 tests each.  Measured side by side, answers per second:
 
-  sandbox (workers=N)   sweet.colbench.sandbox.evaluate_many, every protection on, N = os.cpu_count()
+  sandbox (workers=N)   sweet.sandbox.evaluate_many, every protection on, N = os.cpu_count()
   sandbox (workers=1)   the same, one child at a time
   in-process            exec the answer and the reference in this interpreter, compare with ==; no isolation
 
@@ -24,8 +24,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sweet.colbench import sandbox  # noqa: E402
-from sweet.colbench.tasks import load_tasks  # noqa: E402
+from sweet import sandbox  # noqa: E402
+from sweet.colbench.sources import load_tasks  # noqa: E402
 
 
 def mutant(reference: str, call: str) -> str:

@@ -31,17 +31,18 @@ def report(cfg: PipelineConfig, eval_dirs: list[str], run_id: str) -> str:
     """One table for every method evaluated on these tasks under this protocol (this run's and earlier runs'),
     written to artifacts/<experiment>/results.md, the catalog's eval_results view, the parent MLflow run and a
     Prefect artifact."""
-    from sweet.stages.evaluate import _plot, compare, plot_name, results_table
+    from sweet.stages import EVALUATE
+    from sweet.stages.report import compare, plot_name, plot_summaries, results_table
 
     tasks_dir = read_manifest(eval_dirs[-1])["inputs"][0]
-    files, summaries = compare(cfg, tasks_dir)
+    files, summaries = compare(cfg, tasks_dir, EVALUATE.name, EVALUATE.config_keys)
     table = results_table(summaries)
     (cfg.root / "results.md").write_text(table)
     Catalog(cfg.root / "catalog.duckdb").register("eval_results", files)
     tracking.log_metrics(cfg, run_id, {f"{k}/{m}": v for k, s in summaries.items() for m, v in s.items()
                                        if isinstance(v, (int, float))})
     tracking.log_text(cfg, run_id, table, "results.md")
-    tracking.log_figure(cfg, run_id, _plot(summaries), plot_name(summaries))
+    tracking.log_figure(cfg, run_id, plot_summaries(summaries), plot_name(summaries))
     where = (
         f"\nOutputs:  {cfg.root}/<stage>/<fingerprint>/   (this table: {cfg.root / 'results.md'})\n"
         f"Catalog:  duckdb {cfg.root / 'catalog.duckdb'}  (e.g. SELECT method, mode, avg(reward) FROM eval_results GROUP BY ALL)\n"

@@ -16,7 +16,7 @@ from prefect import flow
 from flows._run import experiment_run
 from sweet.config import PipelineConfig
 from sweet.pipeline import is_done
-from sweet.stages import graph, plan
+from sweet.stages import canonical, graph, plan
 from tasks import actor, candidates, collect, critic, evaluate, generate, pairs
 
 TASKS = {
@@ -25,12 +25,13 @@ TASKS = {
     "build_preference_pairs": pairs.build_preference_pairs,
     "train_critic": critic.train_critic,
     "sample_and_rank_candidates": candidates.sample_and_rank_candidates,
-    "train_dpo_actor": actor.train_dpo_actor,
+    "train_actor": actor.train_actor,
     "evaluate": evaluate.evaluate,
 }
 
 
 def rerun(stage: str, cfg: PipelineConfig, force: bool = False) -> str:
+    stage = canonical(stage)  # an old name (train_dpo_actor) still works
     wiring = graph(cfg.method)
     if stage not in wiring:
         raise RuntimeError(f"method {cfg.method!r} has no {stage} stage (it runs: {', '.join(wiring)})")
@@ -72,9 +73,9 @@ def sample_and_rank_candidates_flow(cfg: PipelineConfig = PipelineConfig(), forc
     return rerun("sample_and_rank_candidates", cfg, force)
 
 
-@flow(name="train-dpo-actor")
-def train_dpo_actor_flow(cfg: PipelineConfig = PipelineConfig(), force: bool = False) -> str:
-    return rerun("train_dpo_actor", cfg, force)
+@flow(name="train-actor")
+def train_actor_flow(cfg: PipelineConfig = PipelineConfig(), force: bool = False) -> str:
+    return rerun("train_actor", cfg, force)
 
 
 @flow(name="evaluate")
@@ -88,6 +89,6 @@ FLOWS = {
     "build_preference_pairs": build_preference_pairs_flow,
     "train_critic": train_critic_flow,
     "sample_and_rank_candidates": sample_and_rank_candidates_flow,
-    "train_dpo_actor": train_dpo_actor_flow,
+    "train_actor": train_actor_flow,
     "evaluate": evaluate_flow,
 }

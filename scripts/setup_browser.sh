@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up offline page rendering (sweet/colbench/render.py):
+# Set up offline page rendering (sweet/render/__init__.py):
 #   1. a Chromium for Playwright: $SWEET_CHROMIUM, else Playwright's own browser, else the system `chromium`;
 #      when none exists, install the Debian package `chromium` with apt (needs root; `playwright install` cannot
 #      download browsers on the reference machines).

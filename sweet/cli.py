@@ -7,6 +7,7 @@
   sweet compare --profile tiny                # every method on the same data, then one comparison table
   sweet config --profile tiny                 # the resolved config as JSON
   sweet status                                # which stages of this config are done, and where
+  sweet status --code                         # ... and the modules and files each stage's code hash covers
   sweet eval-backend --tasks T.jsonl --answers A.jsonl   # score answers in the sandbox, one JSON line each
   sweet eval-frontend --tasks T.jsonl --answers A.jsonl --screenshots shots/   # render + page similarity
   sweet run --set task_family=frontend        # the frontend family through the same seven stages
@@ -25,9 +26,7 @@ import sys
 from pathlib import Path
 
 from sweet.config import METHODS, PROFILES, load_config, with_method
-
-STAGE_NAMES = ["generate_tasks", "collect_trajectories", "build_preference_pairs", "train_critic",
-               "sample_and_rank_candidates", "train_dpo_actor", "evaluate"]
+from sweet.graph import ALIASES, STAGE_NAMES, canonical
 
 
 def _config_args(p: argparse.ArgumentParser) -> None:
@@ -41,13 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the sweet-rl flow (or one stage) through Prefect")
     _config_args(run)
-    run.add_argument("--stage", choices=STAGE_NAMES, help="rerun only this stage against stored upstream outputs")
+    run.add_argument("--stage", choices=[*STAGE_NAMES, *ALIASES], help="rerun only this stage against stored upstream outputs")
     run.add_argument("--force", action="store_true", help="with --stage: run it even if its outputs exist "
                      "(the old folder is moved aside, not deleted)")
     cfg = sub.add_parser("config", help="print the resolved config as JSON")
     _config_args(cfg)
     st = sub.add_parser("status", help="show each stage's output folder for this config and whether it is done")
     _config_args(st)
+    st.add_argument("--code", action="store_true", help="also list the modules and files that make up each "
+                    "stage's code fingerprint (the import closure of its module inside sweet/), with their hash")
     ev = sub.add_parser("eval-backend", help="score backend answers in the sandbox; one JSON line per answer")
     ev.add_argument("--tasks", required=True, help="jsonl with ground_truth and test_cases (task_id optional)")
     ev.add_argument("--answers", required=True, help='jsonl rows {"task_id": ..., "answer": "<python code>"}')
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     me.add_argument("--agent", action="append", default=[], metavar="MODEL",
                     help="a model id, a local folder or api:<model>[@base_url] (repeatable)")
     me.add_argument("--actor", action="append", default=[], metavar="FOLDER",
-                    help="a trained actor (LoRA adapter folder, e.g. <train_dpo_actor dir>/actor) on models.policy")
+                    help="a trained actor (LoRA adapter folder, e.g. <train_actor dir>/actor) on models.policy")
     me.add_argument("--mode", action="append", choices=["multi_turn", "single_turn"],
                     help="protocol(s) (repeatable; default: evaluate.modes of the config)")
     me.add_argument("--split", default="test", choices=["train", "test"], help="task split (default test)")
@@ -114,18 +115,31 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(cfg.model_dump(), indent=2))
         return 0
     if args.command == "status":
-        from sweet.pipeline import is_done
-        from sweet.stages import plan
-        for name, out in plan(cfg).items():
-            print(f"{'done   ' if is_done(Path(out)) else 'pending'}  {name:28s} {out}")
-        return 0
+        return _status(cfg, args.code)
     # The orchestrator is imported only here: the library itself never depends on Prefect.
     if args.stage:
         from flows.stages import FLOWS
-        print(FLOWS[args.stage](cfg=cfg, force=args.force))
+        print(FLOWS[canonical(args.stage)](cfg=cfg, force=args.force))
     else:
         from flows.full import full
         print(full(cfg=cfg))
+    return 0
+
+
+def _status(cfg, code: bool) -> int:
+    from sweet import codehash
+    from sweet.pipeline import is_done
+    from sweet.stages import BY_NAME, plan
+
+    for name, out in plan(cfg).items():
+        print(f"{'done   ' if is_done(Path(out)) else 'pending'}  {name:28s} {out}")
+        if code:
+            module = BY_NAME[name].fn.__module__
+            closure = codehash.closure(module)
+            print(f"    code {codehash.code_version(module)}: {len(closure.modules)} modules, "
+                  f"{len(closure.files)} other files")
+            for entry in sorted(closure.modules) + sorted(closure.files):
+                print(f"      {entry}")
     return 0
 
 

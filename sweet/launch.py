@@ -105,7 +105,7 @@ SUMMARY_FILE = "summary.json"
 
 
 def run_launched(stage: str, cfg, out: Path, inputs: Sequence[str], *, tail_lines: int = 40) -> dict:
-    """Run training stage `stage` (train_critic, train_dpo_actor) under `accelerate launch`; return its summary.
+    """Run training stage `stage` (train_critic, train_actor) under `accelerate launch`; return its summary.
 
     The children's output is echoed line by line; a failure raises one error with the exit status, the exception
     lines the children printed and their last `tail_lines` lines. If this process is interrupted (Ctrl-C, a Prefect
@@ -200,3 +200,12 @@ def replica_check(cfg, run_id: str):
                 tracking.log_metrics(cfg, run_id, {"replica_max_abs_diff": diff.item()}, step=state.global_step)
 
     return ReplicaCheck()
+
+
+def trainer_callbacks(cfg, out: Path) -> list:
+    """What every training stage hands its Trainer: MLflow metrics into the stage's run (whose id the stage folder
+    `out` keeps, so a resumed run continues the same curves) and the DDP replica check."""
+    from sweet import tracking
+
+    run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
+    return [tracking.trainer_callback(cfg, run_id), replica_check(cfg, run_id)]

@@ -267,7 +267,8 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, *, meta: dict | Non
 
 
 def pick_device(pref: str = "auto") -> str:
-    """'auto' -> 'cuda' when available else 'cpu'; 'cpu'/'cuda'/'cuda:N' checked."""
+    """The device every model of sweet-rl runs on (`models.device`): 'auto' -> 'cuda' when available else 'cpu';
+    'cpu'/'cuda'/'cuda:N' checked."""
     import torch
 
     pref = (pref or "auto").strip().lower()
@@ -295,15 +296,35 @@ def load_tokenizer(path: str | Path):
     return tok
 
 
+def model_dtype(device: str):
+    """float32 on the CPU (bf16 matmuls are ~5x slower there), bfloat16 on a GPU that has it (half the memory)."""
+    import torch
+
+    return torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+
+
 def load_model(path: str | Path, device: str = "cpu", dtype=None):
-    """Causal LM in eval mode; float32 on CPU (bf16 is ~4x slower there), bfloat16 on CUDA unless told."""
+    """Causal LM in eval mode on `pick_device(device)`, in `model_dtype` of it unless told."""
     import torch
     from transformers import AutoModelForCausalLM
 
     dev = pick_device(device)
     if dtype is None:
-        dtype = torch.float32 if dev == "cpu" else torch.bfloat16
+        dtype = model_dtype(dev)
     elif isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    return model.to(dev).eval()
+
+
+def load_policy(base_model: str | Path, adapter_dir: str | Path | None = None, device: str = "auto"):
+    """Model for generation: the base, with a trained LoRA adapter (an actor's output) merged in, so generation
+    pays no adapter overhead per token. The merge happens before the model moves to `device`."""
+    from transformers import AutoModelForCausalLM
+
+    dev = pick_device(device)
+    model = AutoModelForCausalLM.from_pretrained(str(base_model), dtype=model_dtype(dev))
+    if adapter_dir is not None:
+        from peft import PeftModel
+        model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     return model.to(dev).eval()

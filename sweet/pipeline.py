@@ -1,7 +1,8 @@
 """Content-addressed stages: the fingerprint, the output folder and the run of one stage.
 
-A stage's fingerprint = hash(its config slice, its inputs' fingerprints, its code). Its outputs live under
-`artifacts/<experiment>/<stage>/<fingerprint>/` and a `manifest.json` written last marks them complete, so:
+A stage's fingerprint = hash(its config slice, its inputs' fingerprints, its code: see `sweet.codehash`). Its
+outputs live under `artifacts/<experiment>/<stage>/<fingerprint>/` and a `manifest.json` written last marks them
+complete, so:
 - the same fingerprint twice is a cache hit (the orchestrator's cache key is this fingerprint too);
 - a stage that died halfway reruns in the same folder and skips the shards it already finished.
 """
@@ -9,14 +10,13 @@ A stage's fingerprint = hash(its config slice, its inputs' fingerprints, its cod
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from sweet import tracking
+from sweet import codehash, tracking
 from sweet.config import EXECUTION_ONLY, PipelineConfig
 
 MANIFEST = "manifest.json"
@@ -27,7 +27,7 @@ class Stage:
     name: str                       # folder name and MLflow run name
     fn: Callable[..., dict]          # fn(cfg, out_dir, *input_dirs) -> summary metrics
     config_keys: tuple[str, ...]     # dotted config paths the outputs depend on
-    code: tuple[str, ...]            # modules whose source is part of the fingerprint
+    # Its code is the import closure of fn's module inside sweet/ (see sweet.codehash), never a list kept by hand.
 
 
 def _launched(data: dict) -> bool:
@@ -64,15 +64,8 @@ def config_slice(cfg: PipelineConfig, keys: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def code_version(modules: tuple[str, ...]) -> str:
-    h = hashlib.sha256()
-    for name in sorted(set(modules)):
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None:
-            raise ImportError(f"stage code module {name!r} not found")
-        h.update(name.encode())
-        h.update(Path(spec.origin).read_bytes())
-    return h.hexdigest()[:16]
+def code_version(stage: Stage, root: Path = codehash.ROOT) -> str:
+    return codehash.code_version(stage.fn.__module__, root)
 
 
 def fingerprint(stage: Stage, cfg: PipelineConfig, inputs: tuple[str, ...]) -> str:
@@ -81,7 +74,7 @@ def fingerprint(stage: Stage, cfg: PipelineConfig, inputs: tuple[str, ...]) -> s
         "config": config_slice(cfg, stage.config_keys),
         # An input is an upstream stage folder: <stage>/<fingerprint>; its name carries its whole history.
         "inputs": [f"{Path(p).parent.name}/{Path(p).name}" for p in inputs],
-        "code": code_version(stage.code),
+        "code": code_version(stage),
     }
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

@@ -2,11 +2,12 @@
 and the paper's settings for GPU machines: `paper-backend`, `paper-frontend` (and `paper`, an alias). Also the
 defaults each task family needs, per profile where sizes differ.
 
-The paper profiles take their hyper-parameters from the paper (DESIGN.md): lr 2e-7 (full fine-tuning), beta 0.1, NLL 0.01, batch 8, critic epochs
-4 (backend) / 8 (frontend), actor 1 epoch, 10 turns, 16 candidates at temperature 1.0. The simulator runs behind an
-OpenAI-compatible server (vLLM, as in the paper) whose URL is read from $SWEET_SIMULATOR_URL each time a profile is
-loaded (default http://127.0.0.1:8000/v1); it goes into the simulator's own `api:<model>@<url>` ref, so `api.base_url`
-stays free for other API systems (the GPT-4o baseline).
+The paper profiles take their hyper-parameters from the paper (arXiv 2503.15478, Section 5 and Appendix): lr 2e-7
+(full fine-tuning), beta 0.1, NLL 0.01, batch 8, critic epochs 4 (backend) / 8 (frontend), actor 1 epoch, 10 turns,
+16 candidates at temperature 1.0. The simulator runs behind an OpenAI-compatible server (vLLM, as in the paper)
+whose URL is read from $SWEET_SIMULATOR_URL each time a profile is loaded (default http://127.0.0.1:8000/v1); it
+goes into the simulator's own `api:<model>@<url>` ref, so `api.base_url` stays free for other API systems (the
+GPT-4o baseline).
 """
 
 from __future__ import annotations

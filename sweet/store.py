@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any, Iterable
@@ -47,9 +48,34 @@ def read_rows(path: Path | str) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 
 
-def read_shards(folder: Path | str) -> list[dict[str, Any]]:
-    files = sorted(Path(folder).glob("*.parquet"))
-    return [row for f in files for row in pq.read_table(f).to_pylist()]
+class Shards:
+    """A stage's resumable work: one Parquet file per finished unit under `folder`, named by the unit's key (a
+    string, or a tuple joined with "__", e.g. (task_id, sample_idx)); a rerun skips the keys already `done`."""
+
+    _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+    def __init__(self, folder: Path | str):
+        self.folder = Path(folder)
+
+    @classmethod
+    def name(cls, key: str | tuple) -> str:
+        """The file name of a key: unsafe characters become "_" (so a key never leaves the folder)."""
+        text = "__".join(map(str, key)) if isinstance(key, tuple) else str(key)
+        return cls._UNSAFE.sub("_", text) + ".parquet"
+
+    def path(self, key: str | tuple) -> Path:
+        return self.folder / self.name(key)
+
+    def done(self, key: str | tuple) -> bool:
+        return self.path(key).exists()
+
+    def write(self, key: str | tuple, rows: list[dict[str, Any]]) -> Path:
+        """The unit's rows, atomically: a unit is either finished on disk or absent."""
+        return write_rows(rows, self.path(key))
+
+    def read_all(self) -> list[dict[str, Any]]:
+        """Every finished unit's rows, in file-name order (no folder yet: none)."""
+        return [row for f in sorted(self.folder.glob("*.parquet")) for row in pq.read_table(f).to_pylist()]
 
 
 def dumps(obj: Any) -> str:

@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-STAGES = ("train_critic", "train_dpo_actor")
+STAGES = ("train_critic", "train_actor")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stage == "train_critic":
         from sweet.stages.critic import train_critic as fn
     else:
-        from sweet.stages.actor import train_dpo_actor as fn
+        from sweet.stages.actor import train_actor as fn
     summary = fn(cfg, args.out, *args.inputs)
     if int(os.environ.get("RANK", "0")) == 0:
         summary = {**summary, "training_processes": int(os.environ.get("WORLD_SIZE", "1"))}

@@ -11,11 +11,11 @@ from sweet.stages import ACTOR
 from tasks._stage import cache_key, call
 
 
-@task(name="train DPO actor", cache_key_fn=cache_key(ACTOR), persist_result=True)
-def _train_dpo_actor(cfg: PipelineConfig, data: str, parent_run_id: str | None = None) -> str:
+@task(name="train actor", cache_key_fn=cache_key(ACTOR), persist_result=True)
+def _train_actor(cfg: PipelineConfig, data: str, parent_run_id: str | None = None) -> str:
     return run_stage(ACTOR, cfg, data, parent_run_id=parent_run_id)
 
 
-def train_dpo_actor(cfg: PipelineConfig, data: str, parent_run_id: str | None = None) -> str:
+def train_actor(cfg: PipelineConfig, data: str, parent_run_id: str | None = None) -> str:
     """Returns the stage's output folder: artifacts/<experiment>/<stage>/<fingerprint>/."""
-    return call(_train_dpo_actor, ACTOR, cfg, data, parent_run_id=parent_run_id)
+    return call(_train_actor, ACTOR, cfg, data, parent_run_id=parent_run_id)

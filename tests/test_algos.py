@@ -15,7 +15,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from sweet.algos import actor as A
 from sweet.algos import critic as C
 from sweet.algos.dialogue import DialogueTooLong, tokenize_dialogue, with_training_info
+from sweet.algos.training import lora_config
 from sweet.config import ActorConfig, CriticConfig
+from sweet.models import load_policy
 
 MODELS = Path(__file__).resolve().parents[1] / "artifacts/models"
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
@@ -117,41 +119,12 @@ def test_training_info_goes_into_the_system_message_only():
     assert out[1:] == msgs[1:] and "Reference" not in msgs[0]["content"]  # input untouched
 
 
-# ------------------------------------------------------------------------------------------ losses by hand
-def test_paper_advantage_and_bt_loss_by_hand():
-    # Two trajectories (rows); token log-ratios with turn ids (-1 = not an assistant token).
-    ratio = torch.tensor([[9.0, 1.0, 3.0, 9.0, 2.0, 0.0], [9.0, 0.5, 0.5, 0.5, 9.0, 9.0]])
-    turns = torch.tensor([[-1, 0, 0, -1, 1, -1], [-1, 0, 0, 0, -1, -1]])
-    adv = C.turn_advantages(ratio, turns, n_turns=2)
-    assert torch.allclose(adv, torch.tensor([[2.0, 2.0], [0.5, 0.0]]))  # (1+3)/2, 2/1 ; 1.5/3, absent turn = 0
-    assert torch.allclose(C.turn_advantages(ratio, turns, 2, length_norm=False), torch.tensor([[4.0, 2.0], [1.5, 0]]))
-    beta = 0.5
-    # chosen = row 0 (sum 4), rejected = row 1 (sum 0.5): -log sigma(0.5 * 3.5)
-    want = -math.log(1 / (1 + math.exp(-beta * 3.5)))
-    assert C.bt_loss_paper(adv[:1], adv[1:], beta).item() == pytest.approx(want, rel=1e-6)
-
-
-def test_official_advantage_and_bt_loss_by_hand():
-    ratio = torch.tensor([[9.0, 1.0, 3.0, 9.0, 2.0], [9.0, 0.5, 0.5, 0.5, 9.0]])
-    mask = torch.tensor([[0, 1, 1, 0, 1], [0, 1, 1, 1, 0]])
-    adv = C.trajectory_advantage_official(ratio, mask)
-    assert torch.allclose(adv, torch.tensor([2.0, 0.5]))  # (1+3+2)/3 over ALL assistant tokens ; 1.5/3
-    want = -math.log(1 / (1 + math.exp(-2.0 * 1.5)))
-    assert C.bt_loss_official(adv[:1], adv[1:], beta=2.0).item() == pytest.approx(want, rel=1e-6)
-
-
-def test_nll_is_mean_over_masked_tokens():
-    logp = torch.tensor([[-1.0, -2.0, -7.0], [-3.0, -9.0, -9.0]])
-    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
-    assert C.nll_loss(logp, mask).item() == pytest.approx((1 + 2 + 3) / 3)
-
-
 # ------------------------------------------------------------------------------------------------ scoring
 def critic_model(model_dir: str, perturb: bool):
     from peft import get_peft_model
 
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model = get_peft_model(base, C.lora_config(4, 8)).eval()
+    model = get_peft_model(base, lora_config(4, 8)).eval()
     if perturb:  # a trained-looking adapter: B != 0
         g = torch.Generator().manual_seed(1)
         for n, p in model.named_parameters():
@@ -271,23 +244,48 @@ def test_select_pairs_deterministic_and_ordered():
     assert len(A.select_pairs(scored, 100, random.Random(0))) == 16  # 4 top x 4 bottom
 
 
-def test_train_actor_end_to_end(tiny_model_dir, tmp_path):
+def hand_completion_logps(model, tok, prompt: list[dict], completion: str) -> list[float]:
+    """log p of each token of `completion` after `prompt`, from one plain forward: the completion is the assistant
+    message as the chat template renders it after the prompt's generation header (what TRL's DPO trains on)."""
+    def render(msgs, generation_prompt):
+        text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=generation_prompt)
+        return tok(text, add_special_tokens=False)["input_ids"]
+    head, full = render(prompt, True), render(prompt + [{"role": "assistant", "content": completion}], False)
+    assert full[:len(head)] == head
+    logp = model(input_ids=torch.tensor([full])).logits[0].float().log_softmax(-1)
+    return [logp[k - 1, full[k]].item() for k in range(len(head), len(full))]
+
+
+def test_train_dpo_end_to_end(tiny_model_dir, tmp_path):
     rows = [{"prompt": dialogue(1 + i % 3)[:-1], "chosen": "I WANT TO ANSWER: def add(a, b): return a + b",
              "rejected": "What types?"} for i in range(4)]
-    cfg = ActorConfig(lr=1e-2, epochs=1, batch_size=2, save_steps=1, lora_r=4, lora_alpha=8, max_length=64)
+    # One batch of all 4 rows per epoch, 2 epochs: 2 steps, a checkpoint after each.
+    cfg = ActorConfig(lr=1e-2, epochs=2, batch_size=4, save_steps=1, lora_r=4, lora_alpha=8, max_length=64)
+    crash = Recorder(stop_at=2)
     with pytest.raises(KeyboardInterrupt):
-        A.train_actor(rows, tiny_model_dir, tmp_path, cfg, callbacks=[Recorder(stop_at=2)])
+        A.train_dpo(rows, tiny_model_dir, tmp_path, cfg, callbacks=[crash])
+    # Step 1 by hand: the zero-init LoRA is pi_ref, so the DPO term is log 2 exactly, plus nll_coef x the mean token
+    # NLL of the 4 chosen completions under the base model (the prompts as build_dpo_dataset shortened them).
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ds = A.build_dpo_dataset(tok, rows, cfg.max_length)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        chosen = [hand_completion_logps(base, tok, ds[i]["prompt"], rows[i]["chosen"]) for i in range(4)]
+    nll = -sum(sum(c) for c in chosen) / sum(len(c) for c in chosen)
+    first = crash.logs[0]
+    assert first["rewards/margins"] == 0.0
+    assert first["loss"] == pytest.approx(math.log(2) + cfg.nll_coef * nll, abs=1e-5)
+    assert first["logps/chosen"] == pytest.approx(sum(sum(c) for c in chosen) / 4, rel=1e-4)
     rec = Recorder()
-    out = A.train_actor(rows, tiny_model_dir, tmp_path, cfg, callbacks=[rec])
+    out = A.train_dpo(rows, tiny_model_dir, tmp_path, cfg, callbacks=[rec])
     assert out == tmp_path / "actor" and rec.steps == [2]  # resumed from checkpoint-1
-    assert "rewards/margins" in rec.logs[0] and rec.logs[0]["loss"] > 0
+    assert rec.logs[0]["rewards/margins"] > 0  # step 1 moved the policy toward the chosen actions
     assert (tmp_path / "checkpoints/checkpoint-2").is_dir()
     assert all(v.abs().sum() > 0 for v in lora_b(out).values())
     assert json.loads((out / "adapter_config.json").read_text())["r"] == 4
     # The longest prompt was shortened (oldest exchange dropped) instead of being cut or dropped by TRL.
-    ds = A.build_dpo_dataset(AutoTokenizer.from_pretrained(tiny_model_dir), rows, cfg.max_length)
     assert len(ds) == 4 and ds[2]["prompt"][:2] == rows[2]["prompt"][:2] and len(ds[2]["prompt"]) < len(rows[2]["prompt"])
-    policy = A.load_policy(tiny_model_dir, out, "cpu")
+    policy = load_policy(tiny_model_dir, out, "cpu")
     assert not hasattr(policy, "peft_config")  # merged
     gen = policy.generate(torch.tensor([[1, 5, 6]]), max_new_tokens=3, do_sample=False)
     assert gen.shape == (1, 6)

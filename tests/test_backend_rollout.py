@@ -8,7 +8,8 @@ records every batched call so the tests can check that one call serves all live 
 import pytest
 
 from sweet.colbench.backend import ANSWER_MARK, LAST_TURN_NOTE, Episode, extract_answer, rollout
-from sweet.colbench.tasks import Task, load_tasks, select_tasks
+from sweet.colbench.tasks import Task, select_tasks
+from sweet.colbench.sources import load_tasks
 from sweet.stages.pairs import make_pairs
 
 TASK = Task("t1", "train", "Add two numbers.\n\nThe signature of the function is: def add(a, b)",
@@ -104,7 +105,7 @@ def test_bad_task_file_names_file_row_field(tmp_path):
 
 
 def test_every_bundled_reference_passes_its_own_tests_in_the_sandbox():
-    from sweet.colbench.sandbox import evaluate_many
+    from sweet.sandbox import evaluate_many
 
     tasks = load_tasks() + load_tasks("bundled:easy")
     reports = evaluate_many([(t.ground_truth, t.ground_truth, t.test_cases) for t in tasks], workers=2)

@@ -1,4 +1,5 @@
-"""RFT and multi-turn DPO baselines: losses by hand, assistant masks, end-to-end training on a tiny Qwen2 (CPU)."""
+"""RFT and multi-turn DPO baselines: assistant masks, trainer losses by hand, end-to-end training on a tiny Qwen2
+(CPU). The pure losses are checked in test_losses.py."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import torch
 from transformers import AutoTokenizer
 
 from sweet.algos import baselines as B
-from sweet.algos.actor import load_policy
+from sweet.algos import losses as L
+from sweet.algos.dialogue import encode_all
 from sweet.config import ActorConfig
+from sweet.models import load_policy
 from tests.test_algos import Recorder, dialogue, lora_b, save_tiny_qwen2, tokenizers_under_test
 
 GOOD, BAD = "I WANT TO ANSWER: def add(a, b): return a + b", "I WANT TO ANSWER: def f(x): return x * 2"
@@ -53,28 +56,6 @@ def hand_token_logps(model, ids: torch.Tensor, mask: torch.Tensor) -> list[list[
     return out
 
 
-# ------------------------------------------------------------------------------------------------ losses
-def test_sft_loss_is_mean_nll_over_all_assistant_tokens_of_the_batch():
-    logp = torch.tensor([[-9.0, -1.0, -2.0, -9.0, -4.0], [-9.0, -3.0, -9.0, -9.0, -9.0]])
-    mask = torch.tensor([[0, 1, 1, 0, 1], [0, 1, 0, 0, 0]])
-    # 4 assistant tokens in the batch (3 + 1): a per-token mean, not a mean of per-row means ((7/3 + 3)/2).
-    assert B.sft_loss(logp, mask).item() == pytest.approx((1 + 2 + 4 + 3) / 4)
-
-
-def test_mt_dpo_loss_sums_every_assistant_turn():
-    # Rows: chosen policy, rejected policy; two turns each (mask runs), user tokens carry junk values.
-    pol = torch.tensor([[-5.0, -1.0, -2.0, -5.0, -3.0], [-5.0, -4.0, -5.0, -1.0, -2.0]])
-    ref = torch.tensor([[-5.0, -2.0, -2.0, -5.0, -4.0], [-5.0, -3.0, -5.0, -1.0, -1.0]])
-    mask = torch.tensor([[0, 1, 1, 0, 1], [0, 1, 0, 1, 1]])
-    lp, lr = B.trajectory_logps(pol, mask), B.trajectory_logps(ref, mask)
-    assert lp.tolist() == [-6.0, -7.0] and lr.tolist() == [-8.0, -5.0]
-    beta = 0.3
-    loss, r_c, r_r = B.mt_dpo_loss(lp[:1], lp[1:], lr[:1], lr[1:], beta)
-    # chosen log-ratio +2 (both turns count), rejected -2: -log sigma(0.3 * 4)
-    assert loss.item() == pytest.approx(math.log1p(math.exp(-beta * 4)), rel=1e-6)
-    assert r_c.item() == pytest.approx(0.6) and r_r.item() == pytest.approx(-0.6)
-
-
 # ------------------------------------------------------------------------------------------------ masks
 @pytest.mark.parametrize("make_tok", list(tokenizers_under_test()))
 def test_masks_cover_exactly_the_assistant_turns(make_tok):
@@ -111,8 +92,12 @@ def test_rft_trainer_loss_equals_hand_computation(tiny_model_dir, tmp_path):
     ids = torch.where(batch["attention_mask"].bool(), batch["input_ids"], -1)
     with torch.no_grad():
         lps = hand_token_logps(trainer.model, ids, batch["labels"] != -100)
+    width = max(len(r) for r in lps)
+    # TRL's SFT loss is `losses.sft_loss`: the mean NLL over every assistant token of the batch.
+    want = L.sft_loss(torch.tensor([r + [0.0] * (width - len(r)) for r in lps]),
+                      torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in lps]))
     flat = [x for r in lps for x in r]
-    assert loss == pytest.approx(-sum(flat) / len(flat), rel=1e-4)
+    assert want.item() == pytest.approx(-sum(flat) / len(flat), rel=1e-6) and loss == pytest.approx(want.item(), rel=1e-4)
 
 
 def test_mt_dpo_trainer_loss_equals_hand_computation(tiny_model_dir, tmp_path):
@@ -186,10 +171,10 @@ def test_too_long_dialogues_are_shortened_or_skipped(tiny_model_dir, caplog):
     short = B.encode_trajectory(tok, msgs, full - 1)
     assert len(short["input_ids"]) < full and sum(short["assistant_masks"]) > 0
     huge = [{"messages": dialogue(1, GOOD * 20)}, {"messages": dialogue(2, GOOD)}]
-    rows = B._encode_all(huge, lambda t: B.encode_trajectory(tok, t["messages"], 64), "train_rft", 64)
+    rows = encode_all(huge, lambda t: B.encode_trajectory(tok, t["messages"], 64), "train_rft", 64)
     assert len(rows) == 1 and "skipped 1/2" in caplog.text
     with pytest.raises(ValueError, match="no usable items"):
-        B._encode_all(huge[:1], lambda t: B.encode_trajectory(tok, t["messages"], 64), "train_rft", 64)
+        encode_all(huge[:1], lambda t: B.encode_trajectory(tok, t["messages"], 64), "train_rft", 64)
 
 
 @pytest.mark.parametrize("method, data, err, match", [

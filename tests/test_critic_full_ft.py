@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
 from sweet.algos import critic as C
 from sweet.algos import scoring as S
+from sweet.algos.training import training_kwargs
 from sweet.config import CriticConfig
 from tests.test_algos import CANDS, Recorder, critic_pairs, dialogue, save_tiny_qwen2
 
@@ -39,7 +40,7 @@ def test_trainer_moves_every_weight_and_keeps_the_reference_frozen(tiny_dir, tmp
     model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
     ref = copy.deepcopy(model)
     before = state(model)
-    args = TrainingArguments(**dict(C.training_kwargs(cfg, tmp_path), save_strategy="no"))
+    args = TrainingArguments(**dict(training_kwargs(cfg, tmp_path), save_strategy="no"))
     rec = Recorder()
     trainer = C.CriticTrainer(model=model, args=args, train_dataset=rows, critic_cfg=cfg, ref_model=ref,
                               data_collator=lambda b: C.collate_pairs(b, tok.pad_token_id), callbacks=[rec])

@@ -3,16 +3,27 @@
 Real parts only: SmolLM2-135M (converted from its offline GGUF on first use), the sandbox, the bundled easy tasks.
 """
 
-import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from sweet.config import load_config
+from sweet.stages import plan
 from sweet.store import Catalog
 from tests.conftest import MODELS_DIR
 
 TABLES = ["tasks", "trajectories", "turns", "pairs", "candidates", "dpo_pairs", "eval_results"]
+
+
+def _stamps(cfg):
+    """Each stage folder of this config -> (its manifest's mtime, the names and mtimes of every file in it)."""
+    out = {}
+    for stage, folder in plan(cfg).items():
+        d = Path(folder)
+        out[stage] = ((d / "manifest.json").stat().st_mtime_ns,
+                      sorted((str(f.relative_to(d)), f.stat().st_mtime_ns) for f in d.rglob("*") if f.is_file()))
+    return out
 
 
 def _task_states(flow_run_id):
@@ -25,7 +36,7 @@ def _task_states(flow_run_id):
 
 
 @pytest.mark.slow
-def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path, openai_server):
+def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path, openai_server, prefect_api):
     # A third system in the results table: an "API model" served by the OpenAI-compatible stub (standing in for
     # GPT-4o or a vLLM server) that always answers with a fixed function.
     openai_server.responder = lambda req: "I WANT TO ANSWER:\ndef f(x):\n    return x"
@@ -52,7 +63,7 @@ def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path, openai_server):
     assert len(parent) == 1
     stages = {r.data.tags["sweet.stage"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id}
     assert len(stages) == 7
-    for name in ("train_critic", "train_dpo_actor"):
+    for name in ("train_critic", "train_actor"):
         history = client.get_metric_history(stages[name].info.run_id, "loss")
         assert len(history) >= 1, f"{name} logged no per-step loss"
     assert {"zero_shot/multi_turn/tests_passed", "sweet/multi_turn/tests_passed", "stub/multi_turn/failed"} <= \
@@ -62,12 +73,13 @@ def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path, openai_server):
     artifacts = {a.path for a in client.list_artifacts(stages["evaluate"].info.run_id)}
     assert {"results.md", "dialogues.md", "tests_passed.png"} <= artifacts
 
-    started = time.time()
+    # The rerun is all cache hits: every task run is Cached and no stage folder is written to.
+    stamps = _stamps(cfg)
     again = full(cfg=cfg, return_state=True)
     assert again.is_completed() and again.result() == report
     states = _task_states(again.state_details.flow_run_id)
     assert len(states) == 7 and set(states.values()) == {"Cached"}, states
-    assert time.time() - started < 60
+    assert _stamps(cfg) == stamps
 
     # Changing one stage's parameter reruns that stage (here the last one) and no other.
     changed = cfg.model_copy(update={"evaluate": cfg.evaluate.model_copy(update={"max_new_tokens": 40})})
@@ -75,3 +87,10 @@ def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path, openai_server):
     assert third.is_completed()
     states = _task_states(third.state_details.flow_run_id)
     assert states.pop("evaluate") == "Completed" and set(states.values()) == {"Cached"}, states
+    # ... into a folder of its own (a new fingerprint); the first run's folders, its evaluate folder included,
+    # are untouched.
+    assert plan(changed)["evaluate"] != plan(cfg)["evaluate"]
+    assert {k: v for k, v in plan(changed).items() if k != "evaluate"} == \
+        {k: v for k, v in plan(cfg).items() if k != "evaluate"}
+    assert (Path(plan(changed)["evaluate"]) / "manifest.json").is_file()
+    assert _stamps(cfg) == stamps

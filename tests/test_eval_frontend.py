@@ -6,7 +6,7 @@ import json
 import pytest
 
 from sweet.cli import main
-from sweet.colbench import render as R
+from sweet import render as R
 from sweet.colbench.frontend_tasks import load_frontend_tasks
 
 OK, WHY = R.browser_available()

@@ -32,7 +32,7 @@ def test_cli_evaluate_prints_one_table(tmp_path, openai_server, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_evaluate_models_flow(tmp_path, openai_server):
+def test_evaluate_models_flow(tmp_path, openai_server, prefect_api):
     from flows.evaluate_models import evaluate_models_flow
 
     openai_server.responder = lambda req: ANSWER

@@ -76,7 +76,7 @@ def test_shards_and_scheduler_address_do_not_enter_the_fingerprint():
         load_config("micro", ["collect.shards=0"])
 
 
-def test_collection_fans_out_over_a_local_dask_cluster(tmp_path, openai_server, monkeypatch):
+def test_collection_fans_out_over_a_local_dask_cluster(tmp_path, openai_server, monkeypatch, prefect_api):
     from prefect.artifacts import Artifact
 
     openai_server.responder = responder
@@ -111,7 +111,7 @@ def test_collection_fans_out_over_a_local_dask_cluster(tmp_path, openai_server, 
     assert t3 == t1 and u3 == u1 and s3 == {**s1, "resumed_episodes": 12}
 
 
-def test_an_unreachable_scheduler_names_the_field(tmp_path, openai_server, monkeypatch):
+def test_an_unreachable_scheduler_names_the_field(tmp_path, openai_server, monkeypatch, prefect_api):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -10,7 +10,7 @@ import pytest
 from sweet.agents.api import ChatAPI
 from sweet.colbench import frontend as F
 from sweet.colbench import frontend_sim as S
-from sweet.colbench import render as R
+from sweet import render as R
 from sweet.colbench.frontend_tasks import FrontendTask, load_frontend_tasks
 from sweet.colbench.similarity import PixelSimilarity
 

@@ -4,7 +4,7 @@ SmolLM2-135M critic, real Chromium, the offline DOM-diff simulator and the named
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweet.colbench import render as R
+from sweet import render as R
 from sweet.config import load_config
 from sweet.store import Catalog
 from tests.conftest import MODELS_DIR
@@ -14,7 +14,7 @@ OK, WHY = R.browser_available()
 
 @pytest.mark.slow
 @pytest.mark.skipif(not OK, reason=f"no browser: {WHY}")
-def test_micro_frontend_flow_end_to_end(tmp_path):
+def test_micro_frontend_flow_end_to_end(tmp_path, prefect_api):
     cfg = load_config("micro", [f"artifacts_dir={tmp_path}", f"models.cache_dir={MODELS_DIR}", "models.device=cpu",
                                 "task_family=frontend"])
     assert cfg.experiment == "micro-frontend"

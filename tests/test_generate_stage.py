@@ -4,7 +4,7 @@ for the LLM; canned generations come from the task-generation tests). Validation
 import itertools
 import json
 
-from sweet.colbench.tasks import load_tasks
+from sweet.colbench.sources import load_tasks
 from sweet.config import load_config
 from sweet.pipeline import read_manifest, run_stage
 from sweet.stages import GENERATE

@@ -10,7 +10,7 @@ from tests.conftest import MODELS_DIR
 
 
 @pytest.mark.slow
-def test_every_method_runs_and_joins_one_table(tmp_path, capsys):
+def test_every_method_runs_and_joins_one_table(tmp_path, capsys, prefect_api):
     sets = [f"artifacts_dir={tmp_path}", f"models.cache_dir={MODELS_DIR}", "models.device=cpu"]
     assert main(["compare", "--profile", "micro"] + [x for s in sets for x in ("--set", s)]) == 0
     out = capsys.readouterr().out

@@ -4,7 +4,7 @@ tests/data/official/dataset/ mirrors the hub dataset's layout (backend_tasks/tra
 tests/data/official/offline.jsonl is an offline trajectory file as simulate_interactions.py writes it: 2 tasks x k=3,
 laid out as 3 consecutive blocks of the same task list. Nothing here touches the network.
 """
-import ast
+import dataclasses
 import hashlib
 import json
 import re
@@ -18,8 +18,8 @@ from sweet.colbench import official
 from sweet.colbench.backend import AGENT_PROMPT, LAST_TURN_NOTE
 from sweet.colbench.official import (HUB_ID, load_official_tasks, needs_scoring, offline_task_id,
                                      read_offline_trajectories)
-from sweet.colbench.sandbox import evaluate_many, run_calls
-from sweet.colbench.tasks import load_tasks
+from sweet.sandbox import evaluate_many, run_calls
+from sweet.colbench.sources import load_tasks
 from sweet.store import loads, read_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,12 +206,11 @@ def test_bad_task_rows_name_file_row_and_field(tmp_path, change, field):
 
 # ------------------------------------------------------------------------------------------ offline trajectories
 
-def _episode_row_keys() -> set[str]:
-    """The keys of sweet.stages.collect.episode_row, read from its source (importing it loads torch)."""
-    tree = ast.parse((ROOT / "sweet/stages/collect.py").read_text(encoding="utf-8"))
-    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "episode_row")
-    ret = next(n for n in ast.walk(fn) if isinstance(n, ast.Return))
-    return {k.value for k in ret.value.keys if k is not None}
+def _episode_row_keys() -> list[str]:
+    """The columns of a collected trajectory row (`sweet.records.Trajectory`), in order."""
+    from sweet.records import Trajectory
+
+    return [f.name for f in dataclasses.fields(Trajectory)]
 
 
 def test_offline_import_tasks_and_rows(tmp_path):
@@ -223,7 +222,7 @@ def test_offline_import_tasks_and_rows(tmp_path):
     assert all(t.split == "train" for t in tasks)
     assert tasks[0].ground_truth == recs[0]["task"]["ground_truth"]
     assert tasks[0].test_cases == list(recs[0]["task"]["test_cases"].values())
-    assert len(rows) == 6 and all(set(r) == _episode_row_keys() for r in rows)
+    assert len(rows) == 6 and all(list(r) == _episode_row_keys() for r in rows)
     a, b = tasks[0].task_id, tasks[1].task_id
     assert [(r["task_id"], r["sample_idx"]) for r in rows] == [(a, 0), (b, 0), (a, 1), (b, 1), (a, 2), (b, 2)]
     assert [r["traj_id"] for r in rows] == [f"{r['task_id']}__{r['sample_idx']}" for r in rows]

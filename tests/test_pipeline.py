@@ -6,7 +6,8 @@ import pytest
 
 from sweet.config import load_config
 from sweet.pipeline import Stage, fingerprint, is_done, run_stage
-from sweet.stages import INPUTS, STAGES, plan
+from sweet.stages import STAGES, plan
+from sweet.graph import SWEET as INPUTS
 
 
 def test_changing_one_stage_changes_it_and_later_stages_only():
@@ -48,9 +49,9 @@ def test_methods_share_the_stages_they_have_in_common():
     cfg = load_config("micro")
     sweet, rft = plan(cfg), plan(with_method(cfg, "rft"))
     ablation, bon = plan(with_method(cfg, "no_length_norm")), plan(with_method(cfg, "best_of_n"))
-    assert set(rft) == {"generate_tasks", "collect_trajectories", "train_dpo_actor", "evaluate"}
+    assert set(rft) == {"generate_tasks", "collect_trajectories", "train_actor", "evaluate"}
     assert rft["collect_trajectories"] == sweet["collect_trajectories"]
-    assert rft["train_dpo_actor"] != sweet["train_dpo_actor"]
+    assert rft["train_actor"] != sweet["train_actor"]
     assert ablation["build_preference_pairs"] == sweet["build_preference_pairs"]
     assert ablation["train_critic"] != sweet["train_critic"]  # the critic switch is in its slice
     assert bon["train_critic"] == sweet["train_critic"] and "sample_and_rank_candidates" not in bon
@@ -71,8 +72,8 @@ def _source(cfg, out):
 
 def test_run_stage_caches_and_refuses_incomplete_inputs(tmp_path, monkeypatch):
     cfg = load_config("micro", [f"artifacts_dir={tmp_path}", f"mlflow_uri=sqlite:///{tmp_path}/m.db"])
-    src = Stage("src", _source, ("collect",), ("sweet.pipeline",))
-    dbl = Stage("double", _double, (), ("sweet.pipeline",))
+    src = Stage("src", _source, ("collect",))
+    dbl = Stage("double", _double, ())
     a = run_stage(src, cfg)
     assert is_done(a)
     b = run_stage(dbl, cfg, a)
@@ -102,7 +103,7 @@ def test_interrupted_stage_continues_its_mlflow_run(tmp_path):
             raise RuntimeError("killed")
         return {"n": 1}
 
-    stage = Stage("flaky", flaky, (), ("sweet.pipeline",))
+    stage = Stage("flaky", flaky, ())
     with pytest.raises(RuntimeError):
         run_stage(stage, cfg)
     client = MlflowClient(cfg.tracking_uri)

@@ -13,7 +13,8 @@ from sweet.agents.api import GenerationFailure
 from sweet.colbench.backend import ANSWER_MARK, SIM_REPLY_CHARS, Episode, rollout
 from sweet.colbench.tasks import Task
 from sweet.config import load_config
-from sweet.stages.evaluate import evaluate_models, results_table, summarize
+from sweet.stages.evaluate import evaluate_models
+from sweet.stages.report import results_table, summarize
 
 TASK = Task("t1", "test", "Add two numbers.\n\nThe signature of the function is: def add(a, b)",
             "def add(a, b):\n    return a + b + 1", [f"add({i}, {2 * i})" for i in range(10)])

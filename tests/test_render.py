@@ -1,4 +1,4 @@
-"""Offline, pooled page rendering (sweet/colbench/render.py) with a real Chromium.
+"""Offline, pooled page rendering (sweet/render/__init__.py) with a real Chromium.
 
 Skipped (with the reason) when no Chromium can be found; scripts/setup_browser.sh provides one in CI.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from sweet.colbench import render as R
-from sweet.colbench.dom import MAX_BLOCKS
+from sweet import render as R
+from sweet.render.dom import MAX_BLOCKS
 
 DATA = Path(__file__).parent / "data" / "frontend"
 OK, WHY = R.browser_available()

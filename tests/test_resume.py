@@ -10,7 +10,7 @@ import pytest
 
 import sweet.stages.collect as collect_stage
 from sweet.config import load_config
-from sweet.pipeline import run_stage
+from sweet.pipeline import read_manifest, run_stage
 from sweet.stages import COLLECT, GENERATE
 from sweet.store import read_rows
 
@@ -57,5 +57,8 @@ def test_killed_collection_resumes_without_loss_or_duplicates(tmp_path, monkeypa
     ids = [t["traj_id"] for t in trajs]
     assert len(ids) == 8 and len(set(ids)) == 8
     assert {p.name: p.stat().st_mtime_ns for p in (out / "shards").glob("*.parquet") if p.name in kept} == kept
+    # The rerun rolled out only the missing episodes: the kept ones were read back, not played again.
+    assert read_manifest(out)["summary"]["resumed_episodes"] == len(kept)
+    assert len(list((out / "shards").glob("*.parquet"))) == 8
     assert second.calls >= 1
     assert len(read_rows(out / "turns.parquet")) == sum(t["n_turns"] for t in trajs)

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from sweet.colbench import sandbox
-from sweet.colbench.sandbox import (
+from sweet import sandbox
+from sweet.sandbox import (
     TestReport,
     Unsupported,
     evaluate_answer,
@@ -648,7 +648,7 @@ def test_kernel_surface_is_closed():
 
 def _nobody_python():
     """A world-usable Python >= 3.11 (-P) to run the pipeline side as an unprivileged user, or None."""
-    from sweet.colbench._sandbox_proc import _world_accessible
+    from sweet.sandbox._proc import _world_accessible
 
     if not IS_ROOT or not _world_accessible(os.path.join(PKG, "colbench", "sandbox.py")):
         return None
@@ -662,7 +662,7 @@ def _nobody_python():
 NOBODY_DRIVER = """
 import json, os, subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
-from sweet.colbench import sandbox
+from sweet import sandbox
 victim = subprocess.Popen(["sleep", "30"])  # same uid as this 'pipeline' process
 secret = os.path.join(sys.argv[2], "secret.txt")
 with open(secret, "w") as fh:

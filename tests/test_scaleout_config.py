@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sweet.config import ACCELERATE_CONFIGS_DIR, EngineConfig, PipelineConfig, load_config
+from sweet.config import SHIPPED_ACCELERATE, EngineConfig, PipelineConfig, accelerate_config_path, load_config
 from sweet.launch import accelerate_argv, visible_gpus
+
+# Where the shipped configs are in this checkout, written out here rather than taken from the code under test.
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "configs" / "accelerate"
 
 
 def test_engine_defaults_keep_the_cpu_path_and_every_field_is_described():
@@ -87,7 +90,7 @@ def test_simulator_url_is_read_from_the_environment_when_the_profile_loads(monke
 def test_shipped_accelerate_configs_parse_with_accelerates_loader(name, kind, precision):
     from accelerate.commands.config.config_args import load_config_from_file
 
-    cfg = load_config_from_file(str(ACCELERATE_CONFIGS_DIR / f"{name}.yaml"))
+    cfg = load_config_from_file(str(accelerate_config_path(name)))
     assert cfg.distributed_type.value == kind and cfg.mixed_precision == precision
     if name == "ddp":  # precision from the training arguments; runs on CPU processes where there is no GPU
         assert not cfg.use_cpu
@@ -103,7 +106,7 @@ def test_shipped_accelerate_configs_parse_with_accelerates_loader(name, kind, pr
 def test_accelerate_argv_single_node():
     argv = accelerate_argv("sweet.train_entry", ["--stage", "critic", 3], EngineConfig(), env={}, gpus_per_node=8)
     assert argv == [sys.executable, "-m", "accelerate.commands.launch",
-                    "--config_file", str(ACCELERATE_CONFIGS_DIR / "zero3.yaml"), "--num_processes", "8",
+                    "--config_file", str(SHIPPED_DIR / "zero3.yaml"), "--num_processes", "8",
                     "-m", "sweet.train_entry", "--stage", "critic", "3"]
     assert accelerate_argv("m", [], EngineConfig(num_processes=4), env={}, gpus_per_node=8)[6] == "4"
     with pytest.raises(RuntimeError, match="no GPU"):
@@ -149,5 +152,12 @@ def test_visible_gpus_follows_cuda_visible_devices():
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == 0
 
 
-def test_shipped_configs_live_in_the_repository():
-    assert ACCELERATE_CONFIGS_DIR == Path(__file__).resolve().parents[1] / "configs" / "accelerate"
+def test_each_shipped_name_resolves_to_its_file_of_the_checkout_and_no_other_file_is_shipped():
+    names = {"zero3", "fsdp", "ddp"}
+    assert set(SHIPPED_ACCELERATE) == names
+    assert {n: accelerate_config_path(n) for n in names} == {n: SHIPPED_DIR / f"{n}.yaml" for n in names}
+    assert sorted(p.name for p in SHIPPED_DIR.iterdir()) == sorted(f"{n}.yaml" for n in names)
+    # A path is taken as given; an unknown name that is no file is refused.
+    assert accelerate_config_path(str(SHIPPED_DIR / "ddp.yaml")) == SHIPPED_DIR / "ddp.yaml"
+    with pytest.raises(ValueError, match="neither a shipped config"):
+        accelerate_config_path("zero2")

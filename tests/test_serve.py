@@ -9,15 +9,19 @@ from pathlib import Path
 
 import pytest
 
+from tests._prefect_server import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
 def test_serve_runs_a_stage_deployment_then_stops(tmp_path):
-    env = {**os.environ, "PREFECT_PORT": "4291", "MLFLOW_PORT": "5091",
+    port = free_port()  # not a fixed port: another checkout's test or `make serve` may hold that one
+    env = {**os.environ, "PREFECT_PORT": str(port), "MLFLOW_PORT": str(free_port()),
            "VENV": str(Path(sys.executable).parent.parent)}
     env.pop("PREFECT_HOME", None)  # the server keeps its own database; the tests' isolated home is not needed here
-    api = {**env, "PREFECT_API_URL": "http://127.0.0.1:4291/api"}
+    env.pop("PREFECT_API_URL", None)  # serve.sh sets its own; never the session's server (tests/conftest.py)
+    api = {**env, "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
     prefect = str(Path(sys.executable).parent / "prefect")
     try:
         up = subprocess.run(["bash", "scripts/serve.sh", "start"], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -37,5 +41,5 @@ def test_serve_runs_a_stage_deployment_then_stops(tmp_path):
         down = subprocess.run(["bash", "scripts/serve.sh", "stop"], cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=120)
     assert "stopped prefect-server" in down.stdout
-    left = subprocess.run(["pgrep", "-f", "port 4291"], capture_output=True, text=True).stdout
+    left = subprocess.run(["pgrep", "-f", f"port {port}"], capture_output=True, text=True).stdout
     assert not left.strip(), f"server still running: {left}"

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from sweet.colbench import taskgen as tg
-from sweet.colbench.sandbox import evaluate_answer
-from sweet.colbench.tasks import Task, load_tasks
+from sweet.sandbox import evaluate_answer
+from sweet.colbench.tasks import Task
+from sweet.colbench.sources import load_tasks
 
 SIG = "The signature of the function is: "
 

@@ -15,6 +15,7 @@ from sweet.algos import critic as C
 from sweet.algos import scoring as S
 from sweet.algos import value_head as V
 from sweet.algos.dialogue import tokenize_dialogue, with_training_info
+from sweet.algos.training import lora_config
 from sweet.config import CriticConfig
 from tests.test_algos import CANDS, Recorder, dialogue, save_tiny_qwen2
 
@@ -127,7 +128,7 @@ def test_train_value_critic_end_to_end(tiny_dir, tmp_path):
 
 def test_dispatcher_picks_the_lm_critic(tiny_dir, tmp_path):
     base = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
-    peft = get_peft_model(base, C.lora_config(4, 8))
+    peft = get_peft_model(base, lora_config(4, 8))
     g = torch.Generator().manual_seed(1)
     for n, p in peft.named_parameters():
         if "lora_B" in n:

@@ -1,6 +1,7 @@
 """Policy and simulator backends: local transformers models (`hf.ChatLM`), vLLM for GPU machines
-(`vllm_backend.VLLMChat`, engine.backend=vllm) and OpenAI-compatible APIs (`api.ChatAPI`, for refs written
-`api:<model>[@base_url]`). All expose the same batched `generate`."""
+(`vllm_backend.VLLMChat`, engine.backend=vllm), llama.cpp's server on the CPU (`llamacpp.LlamaCppChat`,
+engine.backend=llamacpp) and OpenAI-compatible APIs (`api.ChatAPI`, for refs written `api:<model>[@base_url]`).
+All expose the same batched `generate`."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ def load_chat(ref: str, cfg, *, batch: int = 16, adapter=None):
         from sweet.agents.vllm_backend import VLLMChat
 
         return VLLMChat.load(ref, cfg, adapter=adapter, batch_size=batch)
+    if engine is not None and engine.backend == "llamacpp":
+        from sweet.agents import llamacpp
+
+        return llamacpp.load(ref, cfg, batch=batch, adapter=adapter)  # transformers when it cannot serve `ref`
     from sweet.agents.hf import ChatLM
 
     return ChatLM.load(ref, adapter=adapter, device=cfg.models.device, batch_size=batch,

@@ -19,9 +19,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from email.utils import parsedate_to_datetime
+from typing import Callable
 from urllib.parse import urlsplit
 
 import httpx
+
+from sweet.chat import GenerationFailure
 
 log = logging.getLogger(__name__)
 
@@ -33,21 +36,6 @@ _SPEC = re.compile(r"^api:(?P<model>.+?)(?:@(?P<url>https?://.+))?$")
 def is_api_spec(ref) -> bool:
     """True for `api:<model>` or `api:<model>@<base_url>`."""
     return isinstance(ref, str) and _SPEC.match(ref.strip()) is not None
-
-
-class GenerationFailure(str):
-    """An empty completion standing in for a request that finally failed; `.reason` says why."""
-
-    def __new__(cls, reason: str):
-        self = super().__new__(cls, "")
-        self.reason = reason
-        return self
-
-    def __getnewargs__(self):
-        return (self.reason,)
-
-    def __repr__(self):
-        return f"GenerationFailure({self.reason!r})"
 
 
 def _safe_url(url: str) -> str:
@@ -94,7 +82,12 @@ class ChatAPI:
 
     def __init__(self, model: str, base_url: str, api_key: str | None = None, *, key_env: str = "OPENAI_API_KEY",
                  concurrency: int = 8, timeout_s: float = 60, max_retries: int = 4, backoff_s: float = 1.0,
-                 name: str | None = None, batch_size: int | None = None):
+                 name: str | None = None, batch_size: int | None = None, extra_body: dict | None = None,
+                 max_n: int | None = None, recover: Callable[[], str | None] | None = None):
+        """`extra_body`: fields added to every request (a server's own sampling options). `max_n`: the most
+        completions one request may ask for (more are asked for in further requests). `recover`: called after a
+        connection error (a local server that died); it returns the base URL to retry against once the server is
+        back, or None; each request is retried at most once after a recovery."""
         if not model:
             raise ValueError("model is required")
         base_url = (base_url or "").strip().rstrip("/")
@@ -106,6 +99,9 @@ class ChatAPI:
         self.model, self.base_url, self.key_env = model, _safe_url(base_url), key_env
         self.concurrency, self.timeout_s = int(concurrency), float(timeout_s)
         self.max_retries, self.backoff_s = int(max_retries), float(backoff_s)
+        if max_n is not None and max_n < 1:
+            raise ValueError("max_n must be >= 1")
+        self.extra_body, self.max_n, self.recover = dict(extra_body or {}), max_n, recover
         self.name = name or f"api:{model}"
         # Callers size their generate() calls by batch_size; a few requests per worker keeps the pool busy.
         self.batch_size = int(batch_size or 4 * self.concurrency)
@@ -181,8 +177,9 @@ class ChatAPI:
         out: list[str] = []
         try:
             while len(out) < n:  # some servers ignore `n`: ask again for what is missing
-                body = {"model": self.model, "messages": conversation, "max_tokens": int(max_tokens),
-                        "temperature": float(temperature), "n": n - len(out)}
+                want = n - len(out) if self.max_n is None else min(n - len(out), self.max_n)
+                body = {**self.extra_body, "model": self.model, "messages": conversation,
+                        "max_tokens": int(max_tokens), "temperature": float(temperature), "n": want}
                 if seed is not None:
                     body["seed"] = int(seed) + len(out)
                 got = self._post(body)
@@ -202,7 +199,7 @@ class ChatAPI:
         return GenerationFailure(reason)
 
     def _post(self, body: dict) -> list[str] | GenerationFailure:
-        attempts = 0
+        attempts, recovered = 0, False
         while True:
             attempts += 1
             self._count(attempts=1)
@@ -215,6 +212,18 @@ class ChatAPI:
                 return self._fail("unsupported protocol", attempts)
             except httpx.TransportError as e:
                 what = f"connection error ({type(e).__name__})"
+                if self.recover is not None:  # a local server: bring it back, then retry this request once
+                    if recovered:
+                        return self._fail(f"{what} again after the server was recovered", attempts)
+                    url = self.recover()
+                    if url is None:
+                        return self._fail(f"{what}, server not recovered", attempts)
+                    recovered = True
+                    with self._lock:
+                        self._url = f"{url.rstrip('/')}/chat/completions"
+                    self._count(retries=1)
+                    log.info("%s: %s on attempt %d; server recovered, retrying", self.name, what, attempts)
+                    continue
             else:
                 if 200 <= r.status_code < 300:
                     return self._parse(r, attempts)

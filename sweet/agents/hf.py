@@ -25,11 +25,7 @@ class ChatLM:
         device = models.pick_device(device)
         path = models.resolve_model(ref, models_dir)
         tokenizer = models.load_tokenizer(path)
-        if adapter is None:
-            model = models.load_model(path, device=device)
-        else:
-            from sweet.algos.actor import load_policy
-            model = load_policy(path, adapter, device)
+        model = models.load_policy(path, adapter, device)  # the adapter (a trained actor) merged in, if any
         return cls(model, tokenizer, device, batch_size, name=str(adapter or ref))
 
     def prompt_text(self, conversation: list[dict]) -> str:

@@ -1,4 +1,5 @@
-"""SWEET-RL critic: the base LM, fine-tuned, whose own head gives per-turn advantages (paper Eq. 2-3).
+"""SWEET-RL critic: the base LM, fine-tuned, whose own head gives per-turn advantages (paper Eq. 2-3; the losses
+are in `losses.py`): log-probs on a LM, the critic's data and trainer, and scoring candidate actions with it.
 
 LoRA (default): the reference policy pi_ref is the same weights with the adapter disabled, so there is never a
 second model copy. Full fine-tuning (`cfg.lora=False`): pi_ref is a frozen copy of the initial model, reached through
@@ -12,64 +13,25 @@ import copy
 import functools
 import inspect
 import json
-import logging
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import transformers
 from accelerate.utils import extract_model_from_parallel
 from peft import PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
-from sweet.algos.dialogue import DialogueTooLong, fit_dialogue, tokenize_dialogue, with_training_info
-from sweet.algos.training import lora_config, model_dtype, resolve_device, save_trained, training_kwargs
+from sweet.algos.dialogue import (encode_all, fit_dialogue, mask_from_lengths, pad_rows, tokenize_dialogue,
+                                  turn_index, with_training_info)
+from sweet.algos.losses import (bt_loss_official, bt_loss_paper, nll_loss, trajectory_advantage_official,
+                                turn_advantages)
+from sweet.algos.training import (LossTrainer, checkpoint_dir, load_base_model, local_model_path, lora_config,
+                                  run_training, training_kwargs)
 from sweet.config import CriticConfig
+from sweet.models import model_dtype, pick_device
 
-log = logging.getLogger(__name__)
-
-
-# ----------------------------------------------------------------------------------------------- losses (pure)
-def turn_advantages(token_logratio: torch.Tensor, turn_ids: torch.Tensor, n_turns: int,
-                    length_norm: bool = True) -> torch.Tensor:
-    """Eq. 2: A(o_t, a_t, c) = (1/L) sum_l [log pi_theta(a_t^l|...) - log pi_ref(a_t^l|...)], one value per turn.
-
-    token_logratio [B, T]; turn_ids [B, T] = turn index of each token, -1 outside assistant turns.
-    Returns [B, n_turns]; turns a row does not have hold 0, so sums over turns need no mask.
-    """
-    valid = turn_ids >= 0
-    idx = turn_ids.clamp(min=0)
-    zeros = token_logratio.new_zeros(token_logratio.shape[0], n_turns)
-    sums = zeros.scatter_add(1, idx, token_logratio * valid)
-    if not length_norm:
-        return sums
-    counts = zeros.scatter_add(1, idx, valid.to(token_logratio.dtype))
-    return sums / counts.clamp(min=1)
-
-
-def bt_loss_paper(turn_adv_chosen: torch.Tensor, turn_adv_rejected: torch.Tensor, beta: float) -> torch.Tensor:
-    """Eq. 3: -log sigma(beta sum_t A(tau+_t) - beta sum_t A(tau-_t)), mean over pairs. Inputs [B, K], padded with 0."""
-    margin = beta * (turn_adv_chosen.sum(-1) - turn_adv_rejected.sum(-1))
-    return -F.logsigmoid(margin).mean()
-
-
-def trajectory_advantage_official(token_logratio: torch.Tensor, mask: torch.Tensor,
-                                  length_norm: bool = True) -> torch.Tensor:
-    """Released code: one token-mean of the log-ratio over ALL assistant tokens of a trajectory. Returns [B]."""
-    s = (token_logratio * mask).sum(-1)
-    return s / mask.sum(-1).clamp(min=1) if length_norm else s
-
-
-def bt_loss_official(adv_chosen: torch.Tensor, adv_rejected: torch.Tensor, beta: float) -> torch.Tensor:
-    """Released code's BT: -log sigma(beta (A(tau+) - A(tau-))) on trajectory-level token-mean advantages [B]."""
-    return -F.logsigmoid(beta * (adv_chosen - adv_rejected)).mean()
-
-
-def nll_loss(token_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """NLL regulariser of Eq. 3: mean token negative log-likelihood of the chosen assistant tokens under pi_theta."""
-    return -(token_logp * mask).sum() / mask.sum().clamp(min=1)
+DONE_FILE = "critic_config.json"  # written last into `out_dir/critic`: the output is complete
 
 
 # ------------------------------------------------------------------------------------------ log-probs on a LM
@@ -155,15 +117,6 @@ def token_logps(model, input_ids, attention_mask, target_mask, cache=None) -> to
     return torch.zeros(input_ids.shape, dtype=vals.dtype, device=vals.device).masked_scatter(full, vals)
 
 
-def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
-    width = max(len(r) for r in rows)
-    return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)
-
-
-def _mask_from_lengths(lengths: list[int]) -> torch.Tensor:
-    return (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).long()
-
-
 # ------------------------------------------------------------------------------------------------ training
 def encode_pair(tokenizer, pair: dict, cfg: CriticConfig) -> dict:
     """Pair dict -> token ids + per-token turn index (-1 outside assistant turns) for chosen and rejected."""
@@ -178,10 +131,8 @@ def encode_pair(tokenizer, pair: dict, cfg: CriticConfig) -> dict:
         tok = tokenize_dialogue(tokenizer, msgs, cfg.max_length)
         if not tok["turn_spans"]:
             raise ValueError(f"critic pair: the {side} trajectory has no assistant turn")
-        turns = [-1] * len(tok["input_ids"])
-        for k, (s, e) in enumerate(tok["turn_spans"]):
-            turns[s:e] = [k] * (e - s)
-        out[f"{side}_ids"], out[f"{side}_turns"] = tok["input_ids"], turns
+        out[f"{side}_ids"], out[f"{side}_turns"] = tok["input_ids"], turn_index(len(tok["input_ids"]),
+                                                                                  tok["turn_spans"])
     return out
 
 
@@ -189,21 +140,19 @@ def collate_pairs(rows: list[dict], pad_id: int) -> dict:
     """Chosen rows first, then rejected, padded together; the mask comes from lengths (pad may equal eos)."""
     ids = [r["chosen_ids"] for r in rows] + [r["rejected_ids"] for r in rows]
     turns = [r["chosen_turns"] for r in rows] + [r["rejected_turns"] for r in rows]
-    return {"input_ids": _pad(ids, pad_id), "turn_ids": _pad(turns, -1),
-            "attention_mask": _mask_from_lengths([len(i) for i in ids])}
+    return {"input_ids": pad_rows(ids, pad_id), "turn_ids": pad_rows(turns, -1),
+            "attention_mask": mask_from_lengths([len(i) for i in ids])}
 
 
-class CriticTrainer(Trainer):
-    """Trainer whose loss is the critic's Bradley-Terry loss over (chosen, rejected) trajectory pairs."""
-
-    loss_is_scaled_for_ga = False  # our loss is a per-batch mean: let Trainer divide by grad_accum itself
+class CriticTrainer(LossTrainer):
+    """Trainer whose loss is the critic's Bradley-Terry loss over (chosen, rejected) trajectory pairs (Eq. 3, or the
+    released variant) plus `cfg.nll_coef` times the NLL of the chosen trajectories."""
 
     def __init__(self, *args, critic_cfg: CriticConfig, ref_model=None, **kwargs):
         """`ref_model`: frozen initial model for full fine-tuning; None = LoRA (reference = adapter disabled)."""
         super().__init__(*args, **kwargs)
         self.critic_cfg = critic_cfg
         self.ref_model = None if ref_model is None else ref_model.to(self.args.device).eval().requires_grad_(False)
-        self._metrics: dict[str, list[float]] = {}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # `model` may be wrapped (DDP, FSDP, DeepSpeed): forward through it, switch the adapter on what it wraps.
@@ -225,78 +174,64 @@ class CriticTrainer(Trainer):
         nll = nll_loss(logp[:b], target[:b])
         loss = bt + cfg.nll_coef * nll
         margin = (score[:b] - score[b:]).detach()
-        for k, v in {"bt_loss": bt.item(), "nll": nll.item(), "reward_margin": margin.mean().item(),
-                     "reward_accuracy": (margin > 0).float().mean().item()}.items():
-            self._metrics.setdefault(k, []).append(v)
+        self.record({"bt_loss": bt.item(), "nll": nll.item(), "reward_margin": margin.mean().item(),
+                     "reward_accuracy": (margin > 0).float().mean().item()})
         return (loss, {"score": score.detach()}) if return_outputs else loss
 
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self._metrics and "loss" in logs:  # training logs only: average what accumulated since the last log
-            logs.update({k: sum(v) / len(v) for k, v in self._metrics.items()})
-            self._metrics.clear()
-        super().log(logs, start_time)
+
+def critic_trainer(pairs: list[dict], base_model: str, out_dir: Path, cfg: CriticConfig, callbacks=(),
+                   device: str = "auto"):
+    """(CriticTrainer, tokenizer) for the LM-head critic on (chosen, rejected, training_info) pairs: a LoRA
+    (`cfg.lora`, default; pi_ref = adapter disabled) or the whole model against a frozen copy of its initial weights
+    (never in the optimizer or checkpoints)."""
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    rows = encode_all(pairs, lambda p: encode_pair(tokenizer, p, cfg), "train_critic", cfg.max_length, "pairs")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    model, ref_model = load_base_model(base_model, cfg.seed, device), None
+    if getattr(cfg, "lora", True):
+        model = get_peft_model(model, lora_config(cfg.lora_r, cfg.lora_alpha))
+    else:
+        ref_model = copy.deepcopy(model)
+    args = TrainingArguments(**training_kwargs(cfg, checkpoint_dir(out_dir), device))
+    trainer = CriticTrainer(model=model, args=args, train_dataset=rows, critic_cfg=cfg, ref_model=ref_model,
+                            data_collator=lambda b: collate_pairs(b, pad_id), callbacks=list(callbacks))
+    return trainer, tokenizer
 
 
-def train_critic(pairs: list[dict], base_model: str, out_dir: Path, cfg: CriticConfig, callbacks=()) -> Path:
+def train_critic(pairs: list[dict], base_model: str, out_dir: Path, cfg: CriticConfig, callbacks=(),
+                 device: str = "auto") -> Path:
     """Stage 'train critic': LM-head critic trained with the BT loss of `cfg.variant`, as a LoRA (`cfg.lora`, default)
     or fully fine-tuned against a frozen copy of the initial model; returns `out_dir/critic`."""
     if getattr(cfg, "head", "lm") != "lm":
         raise ValueError(f"train_critic trains the LM-head critic; head={cfg.head!r} is trained by "
                          "sweet.algos.value_head.train_value_critic (on trajectories with rewards, not pairs)")
-    use_lora = getattr(cfg, "lora", True)
-    out_dir, final = Path(out_dir), Path(out_dir) / "critic"
-    if (final / "critic_config.json").exists():
-        return final  # content-addressed output already complete (critic_config.json is written last)
-    if Path(base_model).is_dir():  # absolute, so the adapter config names a base that loads from any cwd
-        base_model = str(Path(base_model).resolve())
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
-    rows, skipped = [], 0
-    for p in pairs:
-        try:
-            rows.append(encode_pair(tokenizer, p, cfg))
-        except DialogueTooLong:
-            skipped += 1
-    if skipped:
-        log.warning("train_critic: skipped %d/%d pairs longer than max_length=%d", skipped, len(pairs), cfg.max_length)
-    if not rows:
-        raise ValueError(f"train_critic: no usable pairs ({len(pairs)} given, {skipped} too long)")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    transformers.set_seed(cfg.seed)  # LoRA A init happens before Trainer seeds anything
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=model_dtype(device))
-    ref_model = None
-    if use_lora:
-        model = get_peft_model(model, lora_config(cfg.lora_r, cfg.lora_alpha))
-    else:  # full fine-tuning: pi_ref is a frozen copy of the initial weights (never in the optimizer or checkpoints)
-        ref_model = copy.deepcopy(model)
-    ckpt_dir = out_dir / "checkpoints"
-    args = TrainingArguments(**training_kwargs(cfg, ckpt_dir))
-    trainer = CriticTrainer(model=model, args=args, train_dataset=rows, critic_cfg=cfg, ref_model=ref_model,
-                            data_collator=lambda b: collate_pairs(b, pad_id), callbacks=list(callbacks))
-    last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
-    trainer.train(resume_from_checkpoint=last)
-    save_trained(trainer, final, tokenizer,
-                 lambda: write_critic_config(final, cfg, head="lm", lora=use_lora, base_model=base_model))
-    return final
+    final = Path(out_dir) / "critic"
+    if (final / DONE_FILE).exists():
+        return final  # content-addressed output already complete
+    base_model = local_model_path(base_model)
+    trainer, tokenizer = critic_trainer(pairs, base_model, out_dir, cfg, callbacks, device)
+    lora = getattr(cfg, "lora", True)
+    return run_training(trainer, final, tokenizer,
+                        lambda: write_critic_config(final, cfg, head="lm", lora=lora, base_model=base_model))
 
 
 def write_critic_config(final: Path, cfg, *, head: str, lora: bool, base_model: str) -> None:
     """critic_config.json: the training config plus what loading needs (kind of head, LoRA or full, base model)."""
     conf = dict(cfg.model_dump(), head=head, lora=lora, base_model=base_model)
-    (final / "critic_config.json").write_text(json.dumps(conf, indent=1))
+    (final / DONE_FILE).write_text(json.dumps(conf, indent=1))
 
 
 # ------------------------------------------------------------------------------------------------- scoring
 def load_critic(adapter_dir: str | Path, device: str = "auto", base_model: str | None = None):
     """(model, tokenizer) from a `train_critic` output: a PeftModel for a LoRA critic, a `FullFTCritic` (trained model
     + frozen reference) for a fully fine-tuned one. The base defaults to the one the critic was trained from."""
-    device, d = resolve_device(device), Path(adapter_dir)
+    device, d = pick_device(device), Path(adapter_dir)
     if (d / "adapter_config.json").exists():
         base_path = base_model or json.loads((d / "adapter_config.json").read_text())["base_model_name_or_path"]
         base = AutoModelForCausalLM.from_pretrained(base_path, dtype=model_dtype(device))
         model = PeftModel.from_pretrained(base, str(d)).to(device).eval()
-    elif (d / "config.json").exists() and (d / "critic_config.json").exists():
-        base_path = base_model or json.loads((d / "critic_config.json").read_text())["base_model"]
+    elif (d / "config.json").exists() and (d / DONE_FILE).exists():
+        base_path = base_model or json.loads((d / DONE_FILE).read_text())["base_model"]
         trained = AutoModelForCausalLM.from_pretrained(d, dtype=model_dtype(device)).to(device).eval()
         reference = AutoModelForCausalLM.from_pretrained(base_path, dtype=model_dtype(device)).to(device)
         model = FullFTCritic(trained, reference)
@@ -339,12 +274,12 @@ def candidate_inputs(model, tokenizer, history, candidates, shared_prefix, max_l
         pre = torch.tensor([prefix[:-1]], device=device)
         cache = decode(_decoder(model), pre)[1]
         cache.batch_repeat_interleave(n)
-        ids = _pad([[prefix[-1]] + c for c in cands], pad).to(device)
+        ids = pad_rows([[prefix[-1]] + c for c in cands], pad).to(device)
         attn = torch.cat([torch.ones(n, len(prefix) - 1, dtype=torch.long),
-                          _mask_from_lengths([1 + k for k in lens])], 1).to(device)
+                          mask_from_lengths([1 + k for k in lens])], 1).to(device)
         return ids, attn, cache, 1, lens
-    ids = _pad([prefix + c for c in cands], pad).to(device)
-    attn = _mask_from_lengths([len(prefix) + k for k in lens]).to(device)
+    ids = pad_rows([prefix + c for c in cands], pad).to(device)
+    attn = mask_from_lengths([len(prefix) + k for k in lens]).to(device)
     return ids, attn, None, len(prefix), lens
 
 

@@ -2,11 +2,18 @@
 
 A span covers one assistant turn's content tokens plus its end-of-turn token (e.g. `<|im_end|>`), never the
 `<|im_start|>assistant\\n` header: that is exactly what the policy emits when it takes the action a_t.
+Also here: what every trainer does with such token rows (label tokens by turn, skip the too long, pad a batch).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
 
 Messages = list[dict[str, str]]
 
@@ -96,3 +103,41 @@ def tokenize_dialogue(tokenizer, messages: Messages, max_length: int | None = No
     Raises `DialogueTooLong` when even the shortest form does not fit (never cuts inside a turn).
     """
     return fit_dialogue(tokenizer, messages, max_length)[1]
+
+
+def turn_index(n_tokens: int, turn_spans: list[tuple[int, int]]) -> list[int]:
+    """Per token, the index of the assistant turn it belongs to (0, 1, ...), -1 outside assistant turns."""
+    turns = [-1] * n_tokens
+    for k, (s, e) in enumerate(turn_spans):
+        turns[s:e] = [k] * (e - s)
+    return turns
+
+
+def encode_all(items: list, encode: Callable[[Any], dict], name: str, max_length: int | None,
+               what: str = "items") -> list[dict]:
+    """`encode(item)` for every item, skipping (with one warning) those that raise `DialogueTooLong`; raises
+    ValueError when none is left. `name` (the trainer) and `what` (its items) word the messages."""
+    rows, skipped = [], 0
+    for item in items:
+        try:
+            rows.append(encode(item))
+        except DialogueTooLong:
+            skipped += 1
+    if skipped:
+        log.warning("%s: skipped %d/%d %s longer than max_length=%s", name, skipped, len(items), what, max_length)
+    if not rows:
+        raise ValueError(f"{name}: no usable {what} ({len(items)} given, {skipped} longer than "
+                         f"max_length={max_length})")
+    return rows
+
+
+def pad_rows(rows: list[list[int]], value: int) -> torch.Tensor:
+    """[len(rows), longest] long tensor of `rows`, right-padded with `value`."""
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)
+
+
+def mask_from_lengths(lengths: list[int]) -> torch.Tensor:
+    """[len(lengths), max(lengths)] long attention mask, 1 on each row's first lengths[i] positions. Built from
+    lengths, never from `input_ids != pad`: a tokenizer's pad token may be its eos (SmolLM2)."""
+    return (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).long()

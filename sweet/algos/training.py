@@ -1,23 +1,45 @@
-"""What every trainer here shares: device and precision, the LoRA shape, the TrainingArguments (checkpoints,
-no reporting), and saving the result from one process or many (`accelerate launch`)."""
+"""The one shape of every training stage here (critic, value-head critic, DPO actor, RFT, multi-turn DPO).
+
+Each `train_*` reads top to bottom the same way and differs from the others only in its data and its loss:
+
+    final = Path(out_dir) / "critic"                   # or "actor"
+    if (final / DONE_FILE).exists(): return final      # content-addressed output already complete
+    rows = encode_all(items, encode, ...)              # data: token rows (`sweet.algos.dialogue`)
+    model = load_base_model(base_model, cfg.seed, device)   # seeded: LoRA A / head init come next
+    args = TrainingArguments(**training_kwargs(cfg, checkpoint_dir(out_dir), device))
+    trainer = SomeTrainer(model, args, rows, ...)      # loss: a `losses` function (`LossTrainer`) or TRL's
+    return run_training(trainer, final, tokenizer, write_extra)   # resume, train, save
+
+`device` is `models.device` (`sweet.models.pick_device`): 'cpu' trains on the CPU even where a GPU is visible.
+Callbacks (MLflow metrics, the DDP replica check) come from the stage and go to the Trainer unchanged.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import transformers
 from peft import LoraConfig
-from transformers import TrainingArguments
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+
+from sweet.models import model_dtype, pick_device
 
 
-def resolve_device(device: str = "auto") -> str:
-    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+def local_model_path(base_model: str) -> str:
+    """A local model folder as an absolute path (so a saved adapter names a base that loads from any cwd); a hub id
+    unchanged."""
+    return str(Path(base_model).resolve()) if Path(base_model).is_dir() else base_model
 
 
-def model_dtype(device: str) -> torch.dtype:
-    # bf16 matmuls are ~5x slower than fp32 on this CPU; on a GPU bf16 halves memory.
-    return torch.bfloat16 if device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+def load_base_model(base_model: str, seed: int, device: str = "auto"):
+    """The model to train, in the precision of `device`, with every RNG seeded first: LoRA's A matrices and a value
+    head are initialised after this and before the Trainer seeds anything."""
+    transformers.set_seed(seed)
+    return AutoModelForCausalLM.from_pretrained(base_model, dtype=model_dtype(pick_device(device)))
 
 
 def lora_config(r: int, alpha: int) -> LoraConfig:
@@ -25,14 +47,20 @@ def lora_config(r: int, alpha: int) -> LoraConfig:
     return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
 
 
+def checkpoint_dir(out_dir: str | Path) -> Path:
+    """Where a stage's Trainer checkpoints go (and resumes from)."""
+    return Path(out_dir) / "checkpoints"
+
+
 # Named `activation_checkpointing` in newer transformers, `gradient_checkpointing` before (vLLM 0.33 pins < 5.21).
 _CHECKPOINTING = next(n for n in ("activation_checkpointing", "gradient_checkpointing")
                       if n in {f.name for f in dataclasses.fields(TrainingArguments)})
 
 
-def training_kwargs(cfg, ckpt_dir: Path) -> dict:
-    """TrainingArguments shared by the critic and the actor (checkpoints, precision from the device, no reporting)."""
-    cuda = torch.cuda.is_available()
+def training_kwargs(cfg, ckpt_dir: Path, device: str = "auto") -> dict:
+    """TrainingArguments (or TRL's DPOConfig / SFTConfig) of every trainer: the optimisation settings of `cfg`,
+    checkpoints in `ckpt_dir`, the CPU or the GPUs and their precision from `device`, no reporting."""
+    cuda = pick_device(device).startswith("cuda")
     return dict(output_dir=str(ckpt_dir), learning_rate=cfg.lr, num_train_epochs=cfg.epochs,
                 per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
                 save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=2, logging_steps=1,
@@ -44,14 +72,42 @@ def training_kwargs(cfg, ckpt_dir: Path) -> dict:
                 ddp_find_unused_parameters=False)
 
 
-def save_trained(trainer, final: Path, tokenizer, write_extra=lambda: None) -> None:
-    """Save the trained adapter (or model) to `final`, then the tokenizer and `write_extra()` files.
+def run_training(trainer, final: Path, tokenizer, write_extra: Callable[[], None] = lambda: None) -> Path:
+    """Train `trainer` to the end, resuming from the newest checkpoint in its output_dir if a run died; then save
+    the trained adapter (or model) to `final`, the tokenizer, and `write_extra()`'s files (written last: a stage's
+    "done" marker goes there). Returns `final`.
 
     Every process calls this: under ZeRO-3 or FSDP, `trainer.save_model` gathers the shards collectively and only
     the main process writes; the other files are written by the main process alone."""
+    ckpt_dir = Path(trainer.args.output_dir)
+    last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
+    trainer.train(resume_from_checkpoint=last)
     trainer.save_model(str(final))
     if trainer.is_world_process_zero():
         (final / "training_args.bin").unlink(missing_ok=True)  # a pickle of the Trainer's arguments: not an output
         tokenizer.save_pretrained(final)
         write_extra()
     trainer.accelerator.wait_for_everyone()
+    return final
+
+
+class LossTrainer(Trainer):
+    """A Trainer whose `compute_loss` a subclass writes with a `sweet.algos.losses` function. The loss is a mean
+    over the batch, so Trainer divides it by grad_accum itself; `record(...)` notes a step's metrics, and each
+    training log carries their average since the previous log."""
+
+    loss_is_scaled_for_ga = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._metrics: dict[str, list[float]] = {}
+
+    def record(self, metrics: dict[str, float]) -> None:
+        for k, v in metrics.items():
+            self._metrics.setdefault(k, []).append(v)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self._metrics and "loss" in logs:  # training logs only: average what accumulated since the last log
+            logs.update({k: sum(v) / len(v) for k, v in self._metrics.items()})
+            self._metrics.clear()
+        super().log(logs, start_time)

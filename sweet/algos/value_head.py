@@ -19,22 +19,22 @@ checkpoints and resume carry it; `value_head.pt` is a plain copy for use outside
 from __future__ import annotations
 
 import json
-import logging
 import math
 from pathlib import Path
 
 import torch
-import transformers
 from accelerate.utils import extract_model_from_parallel
 from peft import PeftModel, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
-from sweet.algos.critic import _mask_from_lengths, _pad, candidate_inputs, last_hidden, span_mask, write_critic_config
-from sweet.algos.dialogue import DialogueTooLong, tokenize_dialogue, with_training_info
-from sweet.algos.training import lora_config, model_dtype, resolve_device, save_trained, training_kwargs
+from sweet.algos.critic import DONE_FILE, candidate_inputs, last_hidden, span_mask, write_critic_config
+from sweet.algos.dialogue import (encode_all, mask_from_lengths, pad_rows, tokenize_dialogue, turn_index,
+                                  with_training_info)
+from sweet.algos.losses import value_regression_loss
+from sweet.algos.training import (LossTrainer, checkpoint_dir, load_base_model, local_model_path, lora_config,
+                                  run_training, training_kwargs)
+from sweet.models import model_dtype, pick_device
 
-log = logging.getLogger(__name__)
 HEAD = "value_head"  # attribute of the base model that holds the head
 HEAD_FILE = "value_head.pt"
 
@@ -73,12 +73,12 @@ def span_values(model, input_ids, attention_mask, span_ids, n_spans: int, cache=
 
 
 def value_loss(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """MSE of every (trajectory, assistant turn) value against the trajectory's reward; (loss, values, present)."""
+    """`losses.value_regression_loss` of every (trajectory, assistant turn) value of `batch` under `model`;
+    returns (loss, values, present)."""
     turn_ids = batch["turn_ids"]
     values, present = span_values(model, batch["input_ids"], batch["attention_mask"], turn_ids,
                                   int(turn_ids.max()) + 1)
-    err = (values - batch["reward"].float()[:, None]) ** 2
-    return err[present].mean(), values, present
+    return value_regression_loss(values, present, batch["reward"]), values, present
 
 
 # ------------------------------------------------------------------------------------------------ training
@@ -94,64 +94,53 @@ def encode_trajectory(tokenizer, traj: dict, cfg) -> dict:
     tok = tokenize_dialogue(tokenizer, msgs, cfg.max_length)
     if not tok["turn_spans"]:
         raise ValueError("value-critic trajectory has no assistant turn")
-    turns = [-1] * len(tok["input_ids"])
-    for k, (s, e) in enumerate(tok["turn_spans"]):
-        turns[s:e] = [k] * (e - s)
-    return {"input_ids": tok["input_ids"], "turn_ids": turns, "reward": reward}
+    return {"input_ids": tok["input_ids"], "turn_ids": turn_index(len(tok["input_ids"]), tok["turn_spans"]),
+            "reward": reward}
 
 
 def collate_trajectories(rows: list[dict], pad_id: int) -> dict:
     ids = [r["input_ids"] for r in rows]
-    return {"input_ids": _pad(ids, pad_id), "turn_ids": _pad([r["turn_ids"] for r in rows], -1),
-            "attention_mask": _mask_from_lengths([len(i) for i in ids]),
+    return {"input_ids": pad_rows(ids, pad_id), "turn_ids": pad_rows([r["turn_ids"] for r in rows], -1),
+            "attention_mask": mask_from_lengths([len(i) for i in ids]),
             "reward": torch.tensor([r["reward"] for r in rows], dtype=torch.float32)}
 
 
-class ValueTrainer(Trainer):
-    """Trainer whose loss is the value head's MSE on trajectory rewards."""
-
-    loss_is_scaled_for_ga = False  # per-batch mean: Trainer divides by grad_accum itself
+class ValueTrainer(LossTrainer):
+    """Trainer whose loss is the value head's MSE on trajectory rewards (`losses.value_regression_loss`)."""
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, values, present = value_loss(model, inputs)  # through the wrapper (DDP, FSDP, DeepSpeed), if any
         return (loss, {"values": values.detach()}) if return_outputs else loss
 
 
-def train_value_critic(trajectories: list[dict], base_model: str, out_dir: Path, cfg, callbacks=()) -> Path:
-    """Stage 'train critic' for head='value': LoRA backbone + fp32 head, MSE on rewards; returns `out_dir/critic`
-    (adapter with the head, value_head.pt, tokenizer, critic_config.json with head='value')."""
-    out_dir, final = Path(out_dir), Path(out_dir) / "critic"
-    if (final / "critic_config.json").exists():
-        return final  # content-addressed output already complete (critic_config.json is written last)
-    if not getattr(cfg, "lora", True):
-        raise ValueError("the value-head critic trains a LoRA backbone; set critic.lora=True")
-    if Path(base_model).is_dir():
-        base_model = str(Path(base_model).resolve())
+def value_trainer(trajectories: list[dict], base_model: str, out_dir: Path, cfg, callbacks=(), device: str = "auto"):
+    """(ValueTrainer, tokenizer): LoRA backbone + fp32 head on `{"messages", "reward", "training_info"}` trajectories,
+    one example per assistant turn."""
     tokenizer = AutoTokenizer.from_pretrained(base_model)
-    rows, skipped = [], 0
-    for t in trajectories:
-        try:
-            rows.append(encode_trajectory(tokenizer, t, cfg))
-        except DialogueTooLong:
-            skipped += 1
-    if skipped:
-        log.warning("train_value_critic: skipped %d/%d trajectories longer than max_length=%d", skipped,
-                    len(trajectories), cfg.max_length)
-    if not rows:
-        raise ValueError(f"train_value_critic: no usable trajectories ({len(trajectories)} given, {skipped} too long)")
+    rows = encode_all(trajectories, lambda t: encode_trajectory(tokenizer, t, cfg), "train_value_critic",
+                      cfg.max_length, "trajectories")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    transformers.set_seed(cfg.seed)  # LoRA A init happens before Trainer seeds anything
-    base = AutoModelForCausalLM.from_pretrained(base_model, dtype=model_dtype(device))
+    base = load_base_model(base_model, cfg.seed, device)
     # Start at the mean reward: the first loss is the rewards' variance, and the head learns deviations from it.
     attach_value_head(base, bias=sum(r["reward"] for r in rows) / len(rows))
     model = get_peft_model(base, value_lora_config(cfg.lora_r, cfg.lora_alpha))
-    ckpt_dir = out_dir / "checkpoints"
-    args = TrainingArguments(**training_kwargs(cfg, ckpt_dir))
+    args = TrainingArguments(**training_kwargs(cfg, checkpoint_dir(out_dir), device))
     trainer = ValueTrainer(model=model, args=args, train_dataset=rows, callbacks=list(callbacks),
                            data_collator=lambda b: collate_trajectories(b, pad_id))
-    last = get_last_checkpoint(str(ckpt_dir)) if ckpt_dir.is_dir() else None
-    trainer.train(resume_from_checkpoint=last)
+    return trainer, tokenizer
+
+
+def train_value_critic(trajectories: list[dict], base_model: str, out_dir: Path, cfg, callbacks=(),
+                       device: str = "auto") -> Path:
+    """Stage 'train critic' for head='value': LoRA backbone + fp32 head, MSE on rewards; returns `out_dir/critic`
+    (adapter with the head, value_head.pt, tokenizer, critic_config.json with head='value')."""
+    final = Path(out_dir) / "critic"
+    if (final / DONE_FILE).exists():
+        return final  # content-addressed output already complete
+    if not getattr(cfg, "lora", True):
+        raise ValueError("the value-head critic trains a LoRA backbone; set critic.lora=True")
+    base_model = local_model_path(base_model)
+    trainer, tokenizer = value_trainer(trajectories, base_model, out_dir, cfg, callbacks, device)
 
     def write_extra():  # the head read back from the saved adapter: whole even where training sharded it
         from safetensors.torch import load_file
@@ -160,15 +149,14 @@ def train_value_critic(trajectories: list[dict], base_model: str, out_dir: Path,
                    final / HEAD_FILE)
         write_critic_config(final, cfg, head="value", lora=True, base_model=base_model)
 
-    save_trained(trainer, final, tokenizer, write_extra)
-    return final
+    return run_training(trainer, final, tokenizer, write_extra)
 
 
 # ------------------------------------------------------------------------------------------------- scoring
 def load_value_critic(critic_dir: str | Path, device: str = "auto", base_model: str | None = None):
     """(PeftModel with the trained head, tokenizer) from a `train_value_critic` output."""
-    device, d = resolve_device(device), Path(critic_dir)
-    base_path = base_model or json.loads((d / "critic_config.json").read_text())["base_model"]
+    device, d = pick_device(device), Path(critic_dir)
+    base_path = base_model or json.loads((d / DONE_FILE).read_text())["base_model"]
     base = AutoModelForCausalLM.from_pretrained(base_path, dtype=model_dtype(device))
     attach_value_head(base)  # placeholder; the adapter file holds the trained head
     model = PeftModel.from_pretrained(base, str(d)).to(device).eval()

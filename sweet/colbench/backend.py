@@ -13,8 +13,8 @@ from typing import Callable, ClassVar
 
 from tqdm.auto import tqdm
 
-from sweet.agents.api import GenerationFailure
-from sweet.colbench.sandbox import evaluate_many, strip_code_fences
+from sweet.chat import GenerationFailure
+from sweet.sandbox import evaluate_many, strip_code_fences
 from sweet.colbench.tasks import Task
 
 ANSWER_MARK = "I WANT TO ANSWER:"
@@ -141,7 +141,7 @@ def score(episodes: list[Episode]) -> None:
         e.reward, e.success, e.tests_passed, e.error = r.reward, r.success, r.passed, r.error
 
 
-def _failed(e: Episode, who: str, reply) -> bool:
+def generation_failed(e: Episode, who: str, reply) -> bool:
     """A generation that finally failed (API client) ends the episode with reward 0, recorded, never dropped."""
     if not isinstance(reply, GenerationFailure) and reply is not None:
         return False
@@ -164,7 +164,7 @@ def add_replies(live: list, replies: list, on_done, bar) -> list:
     Returns the episodes still going."""
     lost = []
     for e, reply in zip(live, replies):
-        if _failed(e, "simulator", reply):
+        if generation_failed(e, "simulator", reply):
             lost.append(e)
             continue
         note = e.LAST_NOTE if e.n_turns + 1 >= e.max_turns else ""
@@ -189,7 +189,7 @@ def rollout(episodes: list[Episode], policy, simulator, *, max_new_tokens: int, 
         actions = policy.generate([e.messages for e in live], max_new_tokens, temperature, seed=seed + turn)
         finished = []
         for e, action, last in zip(live, actions, final):
-            if _failed(e, "agent", action):
+            if generation_failed(e, "agent", action):
                 finished.append(e)
                 continue
             e.messages.append({"role": "assistant", "content": action})

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from sweet.colbench.sandbox import evaluate_many
+from sweet.sandbox import evaluate_many
 from sweet.store import iter_jsonl
 
 

@@ -39,7 +39,7 @@ def _safe(name: str) -> str:
 def eval_frontend(tasks_path: str, answers_path: str, screenshots: str | None = None, similarity: str = "pixel",
                   timeout_s: float = 10.0, pool_size: int = 4, javascript: bool = False, out=None) -> int:
     out = out or sys.stdout  # looked up per call: a default bound at import time outlives a redirected stdout
-    from sweet.colbench.render import Renderer
+    from sweet.render import Renderer
     from sweet.colbench.similarity import make_similarity
 
     tasks = read_pages(Path(tasks_path))

@@ -20,8 +20,9 @@ from typing import Callable, ClassVar
 
 from tqdm.auto import tqdm
 
-from sweet.agents.api import GenerationFailure
-from sweet.colbench.backend import ANSWER_MARK, GENERATION_FAILED, Episode, _failed, add_replies, finish_turn
+from sweet.chat import GenerationFailure
+from sweet.colbench.backend import (ANSWER_MARK, GENERATION_FAILED, Episode, add_replies, finish_turn,
+                                    generation_failed)
 from sweet.colbench.frontend_tasks import FrontendTask
 
 SIM_REPLY_CHARS = 1000
@@ -142,7 +143,7 @@ def rollout(episodes: list[FrontendEpisode], policy, env: FrontendEnv, *, max_ne
         finished, shown = [], {}
         snippets = []
         for e, action, last in zip(live, actions, final):
-            if _failed(e, "agent", action):
+            if generation_failed(e, "agent", action):
                 finished.append(e)
                 continue
             e.messages.append({"role": "assistant", "content": action})

@@ -4,7 +4,7 @@
   paper) gets its instructions and the two screenshots as data URLs, in the released environment's order, and
   answers at temperature 0.
 * `DomDiffSimulator` ("dom-diff") — the offline default, because no vision model runs on these machines. It is not
-  a vision model: it compares the two rendered DOMs (`sweet.colbench.dom`: computed colours, fonts, sizes,
+  a vision model: it compares the two rendered DOMs (`sweet.render.dom`: computed colours, fonts, sizes,
   positions and texts of the main blocks) and states the largest differences in plain sentences, most important
   first. Deterministic, like a temperature-0 simulator.
 """
@@ -214,13 +214,13 @@ class DomDiffSimulator:
         return out
 
 
-def make_simulator(spec: str, cfg=None):
-    """'dom-diff' (offline default) or 'api:<vision model>[@url]' (the paper's vision simulator)."""
-    from sweet.agents.api import is_api_spec
-
+def make_simulator(spec: str, load_chat=None):
+    """'dom-diff' (offline default) or 'api:<vision model>[@url]' (the paper's vision simulator). `load_chat(spec)`
+    builds the chat backend of an API spec; the caller passes it, so environments never import the agents."""
     if spec == "dom-diff":
         return DomDiffSimulator()
-    if is_api_spec(spec):
-        from sweet.agents import load_chat
-        return VisionSimulator(load_chat(spec, cfg))
+    if spec.startswith("api:") and len(spec) > 4:
+        if load_chat is None:
+            raise ValueError(f"frontend simulator {spec!r} needs a chat backend: pass load_chat")
+        return VisionSimulator(load_chat(spec))
     raise ValueError(f"unknown frontend simulator {spec!r}: use 'dom-diff' or 'api:<vision model>[@url]'")

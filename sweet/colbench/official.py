@@ -8,7 +8,7 @@ record index in the file, so an id names the same task whichever rows are kept. 
 
 The offline trajectories (`colbench_code_offline_15k_llama8b.jsonl`, written by the official simulate_interactions.py)
 are rows {task, dialogue_history, answer, reward?}, k per task, laid out as k consecutive blocks of the same task list.
-They become the store's trajectory rows (`sweet.stages.collect.episode_row` schema), with our agent prompt as the first
+They become the store's trajectory rows (`sweet.records.Trajectory` schema), with our agent prompt as the first
 turn so that imported dialogues match the prompt the policy is trained and evaluated with.
 
 Errors: a malformed row raises one error naming the file, the row and the field; nothing is skipped. A silently
@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 
 from sweet.colbench.backend import AGENT_PROMPT, LAST_TURN_NOTE, MAX_TURNS, extract_code
-from sweet.colbench.tasks import Task, _parse
+from sweet.colbench.tasks import Task, parse_task
 from sweet.store import dumps, iter_jsonl
 
 HUB_ID = "facebook/collaborative_agent_bench"
@@ -84,7 +84,7 @@ def _read_split(source: str, split: str, first_n: int | None, cache_dir: str | N
         rec = {k: rec[k] for k in _FIELDS if rec.get(k) is not None}  # an absent field reads back as None
         if struct_tests and isinstance(rec.get("test_cases"), dict):
             rec["test_cases"] = {k: v for k, v in rec["test_cases"].items() if v is not None}
-        task = _parse(name, row, rec, split)  # type: ignore[arg-type]  (only formatted into messages)
+        task = parse_task(name, row, rec, split)  # type: ignore[arg-type]  (only formatted into messages)
         task.task_id = f"official-{split}-{row:05d}"
         tasks.append(task)
     return tasks
@@ -116,7 +116,7 @@ def _task(path: Path, row: int, rec: dict) -> Task:
     if not isinstance(t, dict):
         raise ValueError(f"{path}: row {row}: field 'task' must be an object, got {type(t).__name__}")
     try:
-        task = _parse(path, row, {k: t[k] for k in _FIELDS if k in t}, "train")
+        task = parse_task(path, row, {k: t[k] for k in _FIELDS if k in t}, "train")
     except ValueError as e:  # name the nested field: 'task.ground_truth'
         raise ValueError(str(e).replace("field '", "field 'task.", 1)) from None
     task.task_id = offline_task_id(task.problem_description)

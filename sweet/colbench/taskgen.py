@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from sweet.colbench.sandbox import Unsupported, run_calls, strip_code_fences
+from sweet.sandbox import Unsupported, run_calls, strip_code_fences
 from sweet.colbench.tasks import Task
 from sweet.store import iter_jsonl
 

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from sweet.store import iter_jsonl
 
 BUNDLED = "bundled"
 # Shipped task files: the backend set, and a handful of one-line tasks that a 135M model sometimes solves (the
@@ -38,7 +37,7 @@ def bundled_path(name: str = BUNDLED) -> Path:
     return Path(str(resources.files("sweet.colbench") / "data" / BUNDLED_SETS[name]))
 
 
-def _parse(path: Path, row: int, rec: dict, split: str | None) -> Task:
+def parse_task(path: Path, row: int, rec: dict, split: str | None) -> Task:
     def need(name: str, kind: type):
         if name not in rec:
             raise ValueError(f"{path}: row {row}: missing field {name!r}")
@@ -57,48 +56,6 @@ def _parse(path: Path, row: int, rec: dict, split: str | None) -> Task:
         raise ValueError(f"{path}: row {row}: field 'split' must be 'train' or 'test' (got {task_split!r})")
     task_id = str(rec.get("task_id", f"{task_split}-{row}"))
     return Task(task_id, task_split, desc, code, tests)
-
-
-OFFICIAL_PREFIXES = ("official:", "hub:")
-
-
-def load_tasks(source: str = BUNDLED, first_n_test: int | None = 1000) -> list[Task]:
-    """Tasks of a source; `first_n_test` keeps the first N test rows of official sources only (paper: 1000)."""
-    if source.startswith(OFFICIAL_PREFIXES):
-        from sweet.colbench.official import load_official_tasks
-
-        kind, target = source.split(":", 1)
-        if not target:
-            raise ValueError(f"task source {source!r}: name a {'folder' if kind == 'official' else 'dataset id'} "
-                             f"after '{kind}:'")
-        if kind == "official" and not Path(target).expanduser().is_dir():
-            raise FileNotFoundError(f"task source {source!r}: no such folder (a copy of the official dataset, "
-                                    f"holding backend_tasks/train.jsonl and backend_tasks/test.jsonl)")
-        return load_official_tasks(target, first_n_test=first_n_test)
-    if source in BUNDLED_SETS:
-        files = [(bundled_path(source), None)]
-    else:
-        p = Path(source)
-        if p.is_dir():
-            files = [(p / "train.jsonl", "train"), (p / "test.jsonl", "test")]
-            missing = [str(f) for f, _ in files if not f.exists()]
-            if missing:
-                raise FileNotFoundError(f"task folder {p} lacks {', '.join(missing)}")
-        elif p.exists():
-            files = [(p, None)]
-        else:
-            raise FileNotFoundError(f"task source {source!r}: no such file or folder "
-                                    f"(use one of {sorted(BUNDLED_SETS)}, a path, "
-                                    f"'official:<folder>' or 'hub:<dataset id>')")
-    tasks, seen = [], set()
-    for f, split in files:
-        for row, rec in iter_jsonl(f):
-            t = _parse(f, row, rec, split)
-            if t.task_id in seen:
-                raise ValueError(f"{f}: row {row}: duplicate task_id {t.task_id!r}")
-            seen.add(t.task_id)
-            tasks.append(t)
-    return tasks
 
 
 def select_tasks(tasks: list[Task], n_train: int, n_test: int, seed: int) -> list[Task]:

@@ -31,13 +31,14 @@ class BestOfN:
 def load_best_of_n(cfg, critic_dir: Path, tasks: list):
     """(BestOfN policy, simulator) for the evaluate stage."""
     from sweet.algos.scoring import load_any_critic
+    from sweet.colbench.registry import family
     from sweet.stages.candidates import critic_flags
-    from sweet.stages.collect import load_chat_models, new_episode
+    from sweet.stages.collect import load_chat_models
 
     e = cfg.evaluate
     policy, simulator = load_chat_models(cfg, cfg.models.policy, batch=e.batch_episodes)
     # Conversations are matched to their task by the first (prompt) message, which holds the task description.
-    info = {new_episode(cfg, t, 0, e.max_turns, mode=mode).messages[0]["content"]: t.ground_truth
+    info = {family(cfg).episode(t, 0, e.max_turns, mode=mode).messages[0]["content"]: t.ground_truth
             for t in tasks for mode in e.modes}
     critic = load_any_critic(critic_dir, policy.device, cfg)  # on vLLM when engine.backend=vllm
     return BestOfN(policy, critic, info, e.best_of_n, e.best_of_n_temperature, critic_flags(cfg)), simulator

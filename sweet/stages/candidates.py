@@ -4,7 +4,7 @@ each scored by the critic given c; a DPO pair = one from the top half (chosen) a
 from __future__ import annotations
 
 import random
-import re
+from dataclasses import asdict
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -12,8 +12,9 @@ from tqdm.auto import tqdm
 from sweet.agents import load_chat
 from sweet.algos import actor as sweet_actor
 from sweet.algos import scoring
+from sweet.records import Candidate, DpoPair
 from sweet.stages.collect import close_models
-from sweet.store import dumps, loads, read_rows, read_shards, write_rows
+from sweet.store import Shards, dumps, loads, read_rows, write_rows
 
 
 def offline_turns(trajs: list[dict], fraction: float, cap: int, seed: int) -> list[dict]:
@@ -42,9 +43,8 @@ def critic_flags(cfg) -> dict:
 def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) -> dict:
     c = cfg.candidates
     turns = offline_turns(read_rows(Path(trajs_dir) / "trajectories.parquet"), c.turn_fraction, c.max_turns, c.seed)
-    shards = out / "shards"
-    fname = lambda tid: re.sub(r"[^A-Za-z0-9_.-]", "_", tid) + ".parquet"  # noqa: E731
-    todo = [t for t in turns if not (shards / fname(t["turn_id"])).exists()]
+    shards = Shards(out / "shards")  # one file per turn: its N scored candidates
+    todo = [t for t in turns if not shards.done(t["turn_id"])]
     if todo:
         # transformers or vLLM (engine.backend): N samples per prompt, and the critic's prompt log-probs.
         policy = load_chat(cfg.models.policy, cfg, batch=c.batch_size)
@@ -58,13 +58,13 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
                 for j, t in enumerate(chunk):
                     cands = samples[j * c.n:(j + 1) * c.n]
                     scores = scoring.score_any(critic, t["history"], cands, t["training_info"], **critic_flags(cfg))
-                    write_rows([{"turn_id": t["turn_id"], "traj_id": t["traj_id"], "task_id": t["task_id"],
-                                 "turn": t["turn"], "cand_idx": i, "text": x, "score": float(sc),
-                                 "history": dumps(t["history"])} for i, (x, sc) in enumerate(zip(cands, scores))],
-                               shards / fname(t["turn_id"]))
+                    shards.write(t["turn_id"], [asdict(Candidate(
+                        turn_id=t["turn_id"], traj_id=t["traj_id"], task_id=t["task_id"], turn=t["turn"], cand_idx=i,
+                        text=x, score=float(sc), history=dumps(t["history"])))
+                        for i, (x, sc) in enumerate(zip(cands, scores))])
         finally:  # vLLM engines hold their GPU memory until closed; the actor stage needs it next
             close_models(policy, critic.model)
-    rows = sorted(read_shards(shards), key=lambda r: (r["turn_id"], r["cand_idx"]))
+    rows = sorted(shards.read_all(), key=lambda r: (r["turn_id"], r["cand_idx"]))
     write_rows(rows, out / "candidates.parquet")
     rng = random.Random(c.seed)
     by_turn: dict[str, list[dict]] = {}
@@ -74,9 +74,9 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
     for turn_id, group_rows in by_turn.items():
         scored = [{"candidate": r["text"], "score": r["score"]} for r in group_rows]
         for chosen, rejected in sweet_actor.select_pairs(scored, c.pairs_per_turn, rng):
-            dpo.append({"turn_id": turn_id, "task_id": group_rows[0]["task_id"], "prompt": group_rows[0]["history"],
-                        "chosen": chosen["candidate"], "rejected": rejected["candidate"],
-                        "chosen_score": chosen["score"], "rejected_score": rejected["score"]})
+            dpo.append(asdict(DpoPair(turn_id=turn_id, task_id=group_rows[0]["task_id"], prompt=group_rows[0]["history"],
+                                      chosen=chosen["candidate"], rejected=rejected["candidate"],
+                                      chosen_score=chosen["score"], rejected_score=rejected["score"])))
     write_rows(dpo, out / "dpo_pairs.parquet")
     spread = [max(r["score"] for r in g) - min(r["score"] for r in g) for g in by_turn.values()]
     return {"turns": len(by_turn), "candidates": len(rows), "dpo_pairs": len(dpo),

@@ -10,89 +10,23 @@ The same files let the rollout fan out: `collect_shard(..., shard, n_shards)` ro
 
 from __future__ import annotations
 
-import re
 import statistics
+from dataclasses import asdict
 from pathlib import Path
 
 from sweet.agents import load_chat
-from sweet.colbench import backend, frontend
 from sweet.colbench.backend import ANSWER_MARK
-from sweet.colbench.frontend_tasks import FrontendTask
-from sweet.colbench.tasks import Task
-from sweet.store import dumps, loads, read_rows, read_shards, write_rows
-
-
-# ---- the two ColBench families, behind a few functions ----------------------------------------------------------
-def load_task_pool(cfg) -> list:
-    """Every task of `tasks.source` in the configured family (both splits)."""
-    if cfg.task_family == "frontend":
-        from sweet.colbench.frontend_tasks import load_frontend_tasks
-        return load_frontend_tasks(cfg.tasks.source)
-    from sweet.colbench.tasks import load_tasks
-    return load_tasks(cfg.tasks.source, first_n_test=cfg.tasks.first_n_test)
-
-
-def task_from_row(cfg, row: dict):
-    return FrontendTask(**{k: row[k] for k in ("task_id", "split", "problem_description", "ground_truth")}) \
-        if cfg.task_family == "frontend" else Task(**row)
-
-
-def new_episode(cfg, task, sample_idx: int, max_turns: int, mode: str = "multi_turn"):
-    cls = frontend.FrontendEpisode if cfg.task_family == "frontend" else backend.Episode
-    return cls(task, sample_idx, max_turns, mode=mode)
-
-
-def run_rollout(cfg, episodes, policy, simulator, **kw):
-    """Backend: `simulator` is a chat model. Frontend: it is a `FrontendEnv` (renderer, similarity, simulator)."""
-    return (frontend.rollout if cfg.task_family == "frontend" else backend.rollout)(episodes, policy, simulator, **kw)
-
-
-def frontend_env(cfg):
-    """Renderer + page similarity + simulator of a frontend run (one browser per stage)."""
-    from sweet.colbench.frontend_sim import make_simulator
-    from sweet.colbench.render import Renderer
-    from sweet.colbench.similarity import make_similarity
-
-    f = cfg.frontend
-    # A page that fails to render gives no screenshot (scored as a black image, as the official evaluation does).
-    renderer = Renderer(pool_size=f.pool_size, viewport=(f.viewport_width, f.viewport_height), timeout_s=f.timeout_s,
-                        javascript=f.javascript, executable_path=f.chromium or None, blank_on_failure=False)
-    return frontend.FrontendEnv(renderer, make_similarity(f.similarity), make_simulator(f.simulator, cfg),
-                                f.sim_reply_chars)
-
-
-def shard_name(task_id: str, sample_idx: int) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{task_id}__{sample_idx}") + ".parquet"
-
-
-def episode_row(e, **extra) -> dict:
-    return {
-        "traj_id": f"{e.task.task_id}__{e.sample_idx}",
-        "task_id": e.task.task_id,
-        "sample_idx": e.sample_idx,
-        "messages": dumps(e.messages),
-        "answer": e.answer or "",
-        "reward": float(e.reward),
-        "success": bool(e.success),
-        "tests_passed": int(e.tests_passed),
-        "tests_total": len(getattr(e.task, "test_cases", ())),
-        "n_turns": e.n_turns,
-        "error": e.error,
-        "training_info": e.task.ground_truth,
-        "metric": getattr(e, "metric", "") or "tests passed",
-        **extra,
-    }
+from sweet.colbench.registry import family
+from sweet.records import Trajectory, turns_of
+from sweet.store import Shards, loads, write_rows
 
 
 def load_chat_models(cfg, policy_ref: str, adapter=None, batch: int = 16):
     """Policy and simulator; one model serves both when they are the same plain checkpoint. Frontend: the
-    simulator is a `FrontendEnv`."""
+    simulator is a `FrontendEnv` (see `colbench.registry`)."""
     policy = load_chat(policy_ref, cfg, batch=batch, adapter=adapter)
-    if cfg.task_family == "frontend":
-        return policy, frontend_env(cfg)
-    if adapter is None and cfg.models.simulator == policy_ref:
-        return policy, policy
-    return policy, load_chat(cfg.models.simulator, cfg, batch=batch)
+    shared = policy if adapter is None and cfg.models.simulator == policy_ref else None
+    return policy, family(cfg).simulator(cfg, lambda spec: load_chat(spec, cfg, batch=batch), shared)
 
 
 def close_models(*models) -> None:
@@ -107,23 +41,10 @@ def used_marker(traj: dict) -> bool:
     return any(m["role"] == "assistant" and ANSWER_MARK.lower() in m["content"].lower() for m in loads(traj["messages"]))
 
 
-def turn_rows(traj: dict) -> list[dict]:
-    msgs = loads(traj["messages"])
-    rows, t = [], 0
-    for i, m in enumerate(msgs):
-        if m["role"] != "assistant":
-            continue
-        obs = msgs[i + 1]["content"] if i + 1 < len(msgs) else None
-        rows.append({"traj_id": traj["traj_id"], "task_id": traj["task_id"], "turn": t, "message_index": i,
-                     "action": m["content"], "observation": obs, "is_final": obs is None})
-        t += 1
-    return rows
-
-
 def import_offline(cfg, out: Path) -> list[dict]:
     """The official offline trajectories instead of a rollout; rows without a reward are scored in the sandbox."""
     from sweet.colbench.official import read_offline_trajectories
-    from sweet.colbench.sandbox import evaluate_many
+    from sweet.sandbox import evaluate_many
 
     c = cfg.collect
     tasks, rows = read_offline_trajectories(c.offline_path, limit=c.offline_limit or None)
@@ -157,11 +78,10 @@ def shard_tasks(tasks: list, shard: int, n_shards: int) -> list:
 
 def pending_episodes(cfg, out: Path, tasks_dir: str, shard: int = 0, n_shards: int = 1) -> list:
     """The episodes of this shard's tasks that have no file under `<out>/shards/` yet."""
-    c = cfg.collect
-    tasks = [task_from_row(cfg, r) for r in read_rows(Path(tasks_dir) / "tasks.parquet") if r["split"] == "train"]
-    shards = Path(out) / "shards"
-    return [new_episode(cfg, t, i, c.max_turns) for t in shard_tasks(tasks, shard, n_shards) for i in range(c.k)
-            if not (shards / shard_name(t.task_id, i)).exists()]
+    c, fam = cfg.collect, family(cfg)
+    shards = Shards(Path(out) / "shards")
+    return [fam.episode(t, i, c.max_turns) for t in shard_tasks(fam.read_tasks(tasks_dir, "train"), shard, n_shards)
+            for i in range(c.k) if not shards.done((t.task_id, i))]
 
 
 def collect_shard(cfg, out: Path, tasks_dir: str, shard: int = 0, n_shards: int = 1) -> dict:
@@ -170,19 +90,19 @@ def collect_shard(cfg, out: Path, tasks_dir: str, shard: int = 0, n_shards: int 
     sampling is per request (`api:` models, greedy decoding); a local model samples a batch from one seed per turn,
     so there, as after a resume, which episodes share a batch changes the samples."""
     c = cfg.collect
-    shards = Path(out) / "shards"
+    shards = Shards(Path(out) / "shards")
     todo = pending_episodes(cfg, out, tasks_dir, shard, n_shards)
     if todo:
         policy, simulator = load_chat_models(cfg, cfg.models.policy, batch=c.batch_episodes)
 
         def save(done: list) -> None:
             for e in done:
-                write_rows([episode_row(e)], shards / shard_name(e.task.task_id, e.sample_idx))
+                shards.write((e.task.task_id, e.sample_idx), [asdict(Trajectory.of_episode(e))])
 
         try:
-            run_rollout(cfg, todo, policy, simulator, max_new_tokens=c.max_new_tokens,
-                        sim_max_new_tokens=c.sim_max_new_tokens, temperature=c.temperature, seed=c.seed,
-                        on_done=save, desc="collect" if n_shards == 1 else f"collect {shard + 1}/{n_shards}")
+            family(cfg).rollout(todo, policy, simulator, max_new_tokens=c.max_new_tokens,
+                                sim_max_new_tokens=c.sim_max_new_tokens, temperature=c.temperature, seed=c.seed,
+                                on_done=save, desc="collect" if n_shards == 1 else f"collect {shard + 1}/{n_shards}")
         finally:
             close_models(policy, simulator)
     return {"shard": shard, "n_shards": n_shards, "collected": len(todo)}
@@ -191,13 +111,13 @@ def collect_shard(cfg, out: Path, tasks_dir: str, shard: int = 0, n_shards: int 
 def finish_collection(out: Path, collected: int) -> dict:
     """Every episode under `<out>/shards/` -> trajectories.parquet and turns.parquet, and the stage summary;
     `collected` = episodes rolled out by this run (the rest were resumed from an earlier one)."""
-    trajs = sorted(read_shards(Path(out) / "shards"), key=lambda r: (r["task_id"], r["sample_idx"]))
+    trajs = sorted(Shards(Path(out) / "shards").read_all(), key=lambda r: (r["task_id"], r["sample_idx"]))
     return _finish(Path(out), trajs, resumed=len(trajs) - collected)
 
 
 def _finish(out: Path, trajs: list[dict], resumed: int) -> dict:
     write_rows(trajs, out / "trajectories.parquet")
-    write_rows([row for t in trajs for row in turn_rows(t)], out / "turns.parquet")
+    write_rows([asdict(turn) for t in trajs for turn in turns_of(t)], out / "turns.parquet")
     rewards = [t["reward"] for t in trajs]
     spread = sum(len({t["reward"] for t in trajs if t["task_id"] == tid}) > 1 for tid in {t["task_id"] for t in trajs})
     return {

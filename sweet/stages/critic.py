@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweet import launch, tracking
+from sweet import launch
 from sweet.algos import critic as sweet_critic
 from sweet.models import resolve_model
 from sweet.pipeline import read_manifest
@@ -16,16 +16,15 @@ from sweet.store import loads, read_rows
 def train_critic(cfg, out: Path, pairs_dir: str) -> dict:
     if cfg.engine.launcher == "accelerate":  # every GPU of the node(s): this same function in each process
         return launch.run_launched("train_critic", cfg, out, [pairs_dir])
-    run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
     base = resolve_model(cfg.models.critic_base, cfg.models.cache_dir)
-    callbacks = [tracking.trainer_callback(cfg, run_id), launch.replica_check(cfg, run_id)]
+    callbacks, device = launch.trainer_callbacks(cfg, out), cfg.models.device
     if cfg.critic.head == "value":
         from sweet.algos.value_head import train_value_critic
         # A value head learns from every collected trajectory's reward, not only the paired ones.
         trajs_dir = read_manifest(pairs_dir)["inputs"][0]
         trajs = [{"messages": loads(t["messages"]), "reward": t["reward"], "training_info": t["training_info"]}
                  for t in read_rows(Path(trajs_dir) / "trajectories.parquet")]
-        train_value_critic(trajs, base, out, cfg.critic, callbacks=callbacks)
+        train_value_critic(trajs, base, out, cfg.critic, callbacks=callbacks, device=device)
         return {"trajectories": len(trajs)}
     rows = read_rows(Path(pairs_dir) / "pairs.parquet")
     if not rows:
@@ -35,5 +34,5 @@ def train_critic(cfg, out: Path, pairs_dir: str) -> dict:
             "diversity (collect.temperature), or use pairs.rule=margin.")
     pairs = [{"chosen": loads(r["chosen_messages"]), "rejected": loads(r["rejected_messages"]),
               "training_info": r["training_info"]} for r in rows]
-    sweet_critic.train_critic(pairs, base, out, cfg.critic, callbacks=callbacks)
+    sweet_critic.train_critic(pairs, base, out, cfg.critic, callbacks=callbacks, device=device)
     return {"pairs": len(pairs)}

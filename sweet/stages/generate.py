@@ -11,7 +11,9 @@ import dataclasses
 import json
 from pathlib import Path
 
-from sweet.colbench.tasks import load_tasks, select_tasks
+from sweet.colbench.registry import family
+from sweet.colbench.sources import load_tasks
+from sweet.colbench.tasks import select_tasks
 from sweet.store import write_rows
 
 
@@ -22,8 +24,7 @@ def generate_tasks(cfg, out: Path) -> dict:
         pool, stats = _generate(cfg, out)
         summary |= {f"generation/{k}": v for k, v in stats.items() if isinstance(v, (int, float))}
     else:
-        from sweet.stages.collect import load_task_pool
-        pool = load_task_pool(cfg)
+        pool = family(cfg).load_pool(cfg)
     tasks = select_tasks(pool, t.n_train, t.n_test, t.seed)
     write_rows([x.to_row() for x in tasks], out / "tasks.parquet")
     return summary | {"n_train": sum(x.split == "train" for x in tasks), "n_test": sum(x.split == "test" for x in tasks)}

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
+from sweet.records import Pair
 from sweet.store import read_rows, write_rows
 
 
 def _row(task_id: str, hi: dict, lo: dict) -> dict:
-    return {"pair_id": f"{hi['traj_id']}>{lo['traj_id']}", "task_id": task_id,
-            "chosen_traj_id": hi["traj_id"], "rejected_traj_id": lo["traj_id"],
-            "chosen_reward": hi["reward"], "rejected_reward": lo["reward"],
-            "chosen_messages": hi["messages"], "rejected_messages": lo["messages"],
-            "training_info": hi["training_info"]}
+    return asdict(Pair(pair_id=f"{hi['traj_id']}>{lo['traj_id']}", task_id=task_id, chosen_traj_id=hi["traj_id"],
+                       rejected_traj_id=lo["traj_id"], chosen_reward=hi["reward"], rejected_reward=lo["reward"],
+                       chosen_messages=hi["messages"], rejected_messages=lo["messages"],
+                       training_info=hi["training_info"]))
 
 
 def make_pairs(trajs: list[dict], min_margin: float, max_pairs_per_task: int, rule: str = "margin") -> list[dict]:

@@ -1,4 +1,4 @@
-"""Confinement layers for :mod:`sweet.colbench._sandbox_child` (trusted code; runs in the child BEFORE the answer;
+"""Confinement layers for :mod:`sweet.sandbox._child` (trusted code; runs in the child BEFORE the answer;
 the parent ships it compiled in its first message).
 
 Applied in this order, each best effort, and reported back to the parent by name:
@@ -206,7 +206,7 @@ def confine(cfg):
     layers = []
     root = os.geteuid() == 0 and cfg.get("uid") is not None
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    ro, devs = cfg["ro"], cfg["devs"]  # computed by the parent (``_sandbox_proc.whitelist``)
+    ro, devs = cfg["ro"], cfg["devs"]  # computed by the parent (``_proc.whitelist``)
     cwd = os.getcwd()
     keep = cfg.get("keep_caps", 0)
     if root:

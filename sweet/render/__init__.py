@@ -42,15 +42,15 @@ Design:
 * Screenshots: fixed viewport (CSS px = image px), full page, clipped to ``max_height`` (4x the viewport height
   by default) so an enormous document gives a defined, clipped image (``clipped=True``).
 * DOM capture (``render(html, dom=True)``): right after the screenshot, so both see one page state, the page is
-  read with ``sweet.colbench.dom.DOM_SCRIPT`` (works with JavaScript off) into ``RenderResult.dom``
+  read with ``sweet.render.dom.DOM_SCRIPT`` (works with JavaScript off) into ``RenderResult.dom``
   (``{"page": ..., "blocks": [...]}``), within ``timeout_s``.  A DOM that cannot be read is ``None`` and fails
   nothing: the screenshot stands, and a page that stopped answering is not reused.
 * Chromium runs without its OS sandbox when started as root (it refuses otherwise); the page is confined by the
   browser's own process/site isolation, the blocked network and the absence of file access.
 
 Layout: this module is the public API (every name below is importable from here) with the Renderer's loop thread
-and one render's policy (limits, errors, results); ``_render_slots`` holds the pool's slots, their request routing
-and the steps on a page (load, capture, DOM); ``_render_browser`` finds and launches Chromium; ``_render_assets``
+and one render's policy (limits, errors, results); ``_slots`` holds the pool's slots, their request routing
+and the steps on a page (load, capture, DOM); ``_browser`` finds and launches Chromium; ``_assets``
 holds the Tailwind subset, the placeholder images and the PNG helpers.
 """
 
@@ -70,14 +70,14 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 # Re-exported: these names were defined here before the split, and callers import them from this module.
-from sweet.colbench._render_assets import (  # noqa: F401
+from sweet.render._assets import (  # noqa: F401
     _TAILWIND_CSS_URL, _TAILWIND_SCRIPT, DEFAULT_TAILWIND_CSS, PLACEHOLDER_DEFAULT, PLACEHOLDER_GREY,
     PLACEHOLDER_MAX, TAILWIND_URL, TAILWIND_VERSION, TailwindSubset, _tailwind_subset, _warn_once, placeholder_size,
     png_size, rewrite_tailwind_scripts, solid_png)
-from sweet.colbench._render_browser import (  # noqa: F401
+from sweet.render._browser import (  # noqa: F401
     LAUNCH_ARGS, BrowserUnavailable, _playwright_browser_installed, _system_chromium, browser_available,
     find_chromium, launch_chromium)
-from sweet.colbench._render_slots import PAGE_HOST, _Job, _Slot, _SlotPool
+from sweet.render._slots import PAGE_HOST, _Job, _Slot, _SlotPool
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class RenderResult:
     elapsed_s: float
     clipped: bool = False  # the document was taller than max_height
     requests: tuple[tuple[str, str, str], ...] = field(default=(), repr=False)  # (url, resource type, action)
-    dom: dict | None = field(default=None, repr=False)  # {"page", "blocks"} of sweet/colbench/dom.py, if asked for
+    dom: dict | None = field(default=None, repr=False)  # {"page", "blocks"} of sweet/render/dom.py, if asked for
 
     @property
     def ok(self) -> bool:

@@ -1,8 +1,8 @@
-"""Child side of :mod:`sweet.colbench.sandbox`.  Runs UNTRUSTED model-written code.
+"""Child side of :mod:`sweet.sandbox`.  Runs UNTRUSTED model-written code.
 
-Started as ``python -S -P -B _sandbox_child.py REQ_FD RES_FD`` in a fresh session and temp cwd.  Protocol (the
+Started as ``python -S -P -B _child.py REQ_FD RES_FD`` in a fresh session and temp cwd.  Protocol (the
 parent's messages are trusted; length-prefixed marshal on REQ_FD):
-  parent -> child  {"code", "cfg"}       the child confines itself (:mod:`_sandbox_confine`), reports it, then
+  parent -> child  {"code", "cfg"}       the child confines itself (:mod:`_confine`), reports it, then
   child -> parent  {"iso": [layers]}     (one JSON line on RES_FD) execs the code, and says
   child -> parent  {"ready": 1}  or  {"fatal": reason}
   parent -> child  (nonce, call)         one call at a time, each with a fresh random nonce, sent only after the
@@ -88,7 +88,7 @@ def _encode(v, depth=0):
 
 
 def _stub(isolated):
-    """Speed bumps only (a determined answer can use ctypes); the walls are in _sandbox_confine, rlimits, killpg."""
+    """Speed bumps only (a determined answer can use ctypes); the walls are in _confine, rlimits, killpg."""
     import posix
 
     def deny(*a, **k):
@@ -142,8 +142,8 @@ def main():
     req_fd, fd = _renumber(int(sys.argv[1]), int(sys.argv[2]))
     req = _recv(req_fd)
     cfg, max_line = req["cfg"], req["cfg"]["max_line"]
-    confinement = {"__name__": "_sandbox_confine"}
-    exec(marshal.loads(req.pop("confine")), confinement)  # _sandbox_confine.py, compiled by the parent
+    confinement = {"__name__": "_confine"}
+    exec(marshal.loads(req.pop("confine")), confinement)  # _confine.py, compiled by the parent
     layers = confinement["confine"](cfg)
     confinement["limits"](cfg)
     _stub("netns" in layers)

@@ -1,6 +1,6 @@
 """Run model-written ColBench backend answers against hidden tests, never in this process.
 
-Design (``_sandbox_proc`` starts and talks to children; ``_sandbox_child`` and ``_sandbox_confine`` are the only
+Design (``_proc`` starts and talks to children; ``_child`` and ``_confine`` are the only
 code that runs next to the answer):
 * One child process per answer; all calls run in it in order.  When a call times out or the child dies (segfault,
   ``os._exit``), the group is killed and a fresh child re-executes the code for the *remaining* calls, so one
@@ -14,7 +14,7 @@ code that runs next to the answer):
   decoded here by a strict parser (no eval/pickle; sets/dicts of keys crafted to share a hash are refused);
   anything else becomes :class:`Unsupported`, which equals nothing.  Comparison is Python ``==`` on decoded
   values.  Expected values come from running the reference the same way in a separate child.
-* Confinement (``protections()`` lists the layers in force; details in ``_sandbox_confine``), by fallback order:
+* Confinement (``protections()`` lists the layers in force; details in ``_confine``), by fallback order:
   1. root (here and in CI): netns + mountns + Landlock + uid drop + seccomp.  The child sees only read-only
      binds of its interpreter's stdlib and the system libraries; its cwd is a private 32 MB tmpfs; the project, /tmp,
      /dev/shm, /proc (so /proc/<parent>/environ) and home dirs do not exist for it and a disk cannot be filled;
@@ -44,7 +44,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sweet.colbench import _sandbox_proc as _proc
+from sweet.sandbox import _proc
 
 log = logging.getLogger(__name__)
 

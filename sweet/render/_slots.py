@@ -1,4 +1,4 @@
-"""The renderer's slots (sweet/colbench/render.py): a browser context and page each, what their requests get, and
+"""The renderer's slots (sweet/render/__init__.py): a browser context and page each, what their requests get, and
 the steps of one render on a page (load, capture, DOM).
 
 Split out of render.py, which keeps the public API, the event-loop thread and one render's policy (time limits,
@@ -15,10 +15,10 @@ import logging
 import re
 import time
 
-from sweet.colbench._render_assets import TAILWIND_VERSION, _TAILWIND_CSS_URL, placeholder_size, solid_png
-from sweet.colbench.dom import DOM_SCRIPT, MAX_BLOCKS
+from sweet.render._assets import TAILWIND_VERSION, _TAILWIND_CSS_URL, placeholder_size, solid_png
+from sweet.render.dom import DOM_SCRIPT, MAX_BLOCKS
 
-log = logging.getLogger("sweet.colbench.render")  # the public module's logger: the split renames no logger
+log = logging.getLogger("sweet.render")  # the package logger, whichever module logs
 
 PAGE_HOST = "sweet-render.invalid"
 

@@ -1,7 +1,7 @@
-"""Parent side plumbing of :mod:`sweet.colbench.sandbox`: start one confined child, talk to it, kill its group.
+"""Parent side plumbing of :mod:`sweet.sandbox`: start one confined child, talk to it, kill its group.
 
 Policy (limits, which layers, what a result means) stays in ``sandbox``; this module only runs the protocol
-described in ``_sandbox_child`` and returns raw, not yet decoded, results.
+described in ``_child`` and returns raw, not yet decoded, results.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CHILD_SCRIPT = os.path.join(HERE, "_sandbox_child.py")
-CONFINE_SCRIPT = os.path.join(HERE, "_sandbox_confine.py")
+CHILD_SCRIPT = os.path.join(HERE, "_child.py")
+CONFINE_SCRIPT = os.path.join(HERE, "_confine.py")
+FINGERPRINT_FILES = ("_child.py", "_confine.py")  # run by path, not imported: see sweet.codehash
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONHASHSEED": "0", "PYTHONUTF8": "1",
        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # no threads: NPROC=0
 _CAP_DAC_READ_SEARCH = 1 << 2

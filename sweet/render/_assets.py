@@ -1,4 +1,4 @@
-"""Tailwind and image assets for the renderer (sweet/colbench/render.py), and the PNG helpers it needs.
+"""Tailwind and image assets for the renderer (sweet/render/__init__.py), and the PNG helpers it needs.
 
 Split out of render.py so that the renderer module holds only the browser plumbing: everything here is plain
 Python (no browser, no event loop): the local Tailwind stylesheet and the per-page subset of it, the rewrite of
@@ -15,7 +15,7 @@ import warnings
 import zlib
 from pathlib import Path
 
-log = logging.getLogger("sweet.colbench.render")  # the public module's logger: the split renames no logger
+log = logging.getLogger("sweet.render")  # the package logger, whichever module logs
 
 TAILWIND_VERSION = "2.2.19"
 TAILWIND_URL = f"https://cdn.jsdelivr.net/npm/tailwindcss@{TAILWIND_VERSION}/dist/tailwind.min.css"

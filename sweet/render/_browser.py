@@ -1,4 +1,4 @@
-"""Finding and launching the Chromium the renderer (sweet/colbench/render.py) drives.
+"""Finding and launching the Chromium the renderer (sweet/render/__init__.py) drives.
 
 Split out of render.py so that where the browser comes from (an explicit path, $SWEET_CHROMIUM, Playwright's own,
 the system's) and how it is started (the network-killing flags) read in one place, apart from the pool that uses it.
@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-log = logging.getLogger("sweet.colbench.render")  # the public module's logger: the split renames no logger
+log = logging.getLogger("sweet.render")  # the package logger, whichever module logs
 
 # Belt and braces under route interception: no request can connect anywhere even if one escaped it.
 LAUNCH_ARGS = [

