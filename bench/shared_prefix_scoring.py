@@ -61,6 +61,7 @@ def build_critic(model_path: str, head: str, seed: int, scale: float):
 
     from sweet.algos import critic as C
     from sweet.algos import value_head as V
+    from sweet.algos.training import lora_config
 
     base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     torch.manual_seed(seed)  # LoRA A is initialised from torch's global generator
@@ -68,7 +69,7 @@ def build_critic(model_path: str, head: str, seed: int, scale: float):
         V.attach_value_head(base)
         model = get_peft_model(base, V.value_lora_config(16, 32))
     else:
-        model = get_peft_model(base, C.lora_config(16, 32))
+        model = get_peft_model(base, lora_config(16, 32))
     g = torch.Generator().manual_seed(seed)
     for name, p in model.named_parameters():
         if "lora_B" in name or "modules_to_save" in name:
@@ -98,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from sweet.algos import critic as C
     from sweet.algos import value_head as V
+    from sweet.algos.training import lora_config
     from sweet.algos.dialogue import tokenize_dialogue, with_training_info
     from sweet.models import resolve_model
 

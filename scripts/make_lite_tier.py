@@ -52,6 +52,11 @@ def pick(r: random.Random, options, avoid=()):
     return r.choice(opts)
 
 
+def an(word: str) -> str:
+    """'a' or 'an' before `word`, capitalised like a sentence start."""
+    return ("An " if word[0].lower() in "aeiou" else "A ") + word
+
+
 def ordinal(k: int) -> str:
     return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
 
@@ -71,6 +76,11 @@ def ten(*groups) -> list:
     if len(out) < 10:
         raise ValueError(f"only {len(out)} distinct test values: {out}")
     return out
+
+
+# Which (rule, return) phrasing each of a template's five skins gets: any two skins share at most one of the two,
+# so descriptions of one template are not near-duplicates of each other.
+PHRASINGS = [(0, 0), (1, 1), (2, 2), (0, 1), (1, 2)]
 
 
 def task(code, guesses, tests, decisions, values, questions, ask) -> dict:
@@ -101,8 +111,12 @@ def capped_rate(s, r):
                  f"The {s['thing']} never goes above {money(cap)}."],
                 [rate, cap],
                 [f"How much is the {s['thing']} per {s['unit']}?", f"What is the most the {s['thing']} can be?"],
-                f"The {s['thing']} is a fixed amount per {s['unit']}, but it stops growing at some maximum. "
-                f"Return it in dollars, rounded to cents; {s['arg']} of 0 or less means nothing is owed.")
+                ([f"The {s['thing']} is a fixed amount per {s['unit']}, but it stops growing at some maximum.",
+                  f"We charge the same amount for every {s['unit']}, and there is a ceiling on the {s['thing']}.",
+                  f"Each {s['unit']} adds a set amount to the {s['thing']} until it reaches a cap."],
+                 [f"Return it in dollars, rounded to cents; {a} of 0 or less means nothing is owed.",
+                  f"The result is in dollars (rounded to cents), and a zero or negative {a} costs nothing.",
+                  f"Give back the amount rounded to cents, or 0.0 when {a} is not positive."]))
 
 
 def threshold_discount(s, r):
@@ -120,7 +134,12 @@ def threshold_discount(s, r):
                 [f"The discount applies to {s['what']}s of {money(t)} or more.", f"The discount is {pct(p)}."],
                 [t, p],
                 [f"From what {s['what']} total does the discount start?", "How big is the discount?"],
-                f"Big enough {s['what']}s get a percentage off. Return the amount to pay, rounded to cents.")
+                ([f"Big enough {s['what']}s get a percentage off.",
+                  f"Once a {s['what']} reaches a certain total, we take a percentage off it.",
+                  f"From a minimum spend upward, a {s['what']} is discounted by a fixed percentage."],
+                 ["Return the amount to pay, rounded to cents.",
+                  "The function gives the price the customer pays, rounded to cents.",
+                  "Round what is due to cents."]))
 
 
 def three_bands(s, r):
@@ -144,8 +163,12 @@ def three_bands(s, r):
                 [lo, hi],
                 [f"What is the lowest {s['unit']} that still counts as {mid!r}?",
                  f"From what {s['unit']} on is it {top!r}?"],
-                f"It should return {top!r}, {mid!r} or {bot!r}, depending on two cut-off {s['units']} "
-                f"(reaching a cut-off counts).")
+                ([f"It should return {top!r}, {mid!r} or {bot!r}, depending on two cut-off {s['units']}.",
+                  f"There are two cut-offs: reach the higher one and it is {top!r}, reach only the lower one and it is {mid!r}, otherwise {bot!r}.",
+                  f"Map the {s['unit']} to one of three words, {top!r}, {mid!r} or {bot!r}, using a lower and an upper threshold."],
+                 ["Reaching a cut-off exactly counts.",
+                  "A value equal to a cut-off belongs to the higher band.",
+                  "Hitting a threshold exactly is enough for that band."]))
 
 
 def allowance_overage(s, r):
@@ -163,8 +186,12 @@ def allowance_overage(s, r):
                 [f"The flat fee includes {free} {s['units']}.", f"Each extra {s['unit']} costs {money(rate)}."],
                 [free, rate],
                 [f"How many {s['units']} are included in the flat fee?", f"How much does each extra {s['unit']} cost?"],
-                f"There is a flat {money(base)} fee that includes some {s['units']}, and each {s['unit']} beyond "
-                f"that costs extra. Return the total in dollars, rounded to cents.")
+                ([f"There is a flat {money(base)} fee that includes some {s['units']}, and each {s['unit']} beyond that costs extra.",
+                  f"Customers pay {money(base)} up front, which covers a number of {s['units']}; anything over that is charged per {s['unit']}.",
+                  f"The price starts at {money(base)}, with an allowance of {s['units']} included and a per-{s['unit']} charge above it."],
+                 ["Return the total in dollars, rounded to cents.",
+                  "Give the total price rounded to cents.",
+                  "The function returns what they owe, rounded to cents."]))
 
 
 def block_billing(s, r):
@@ -183,8 +210,12 @@ def block_billing(s, r):
                 [f"Time is billed in blocks of {b} minutes.", f"Each block costs {money(price)}."],
                 [b, price],
                 ["How long is one billing block?", "How much does one block cost?"],
-                f"{s['things']} are charged in fixed-size blocks of minutes, and a block that has started is "
-                f"charged in full. Return the cost in dollars; 0 minutes or less costs nothing.")
+                ([f"{s['things']} are charged in fixed-size blocks of minutes, and a block that has started is charged in full.",
+                  f"We bill {s['things'].lower()} by the block: time is split into equal chunks of minutes and any chunk that has begun counts as a whole one.",
+                  "Billing works in equal blocks of time; a partly used block is paid like a full block."],
+                 ["Return the cost in dollars; 0 minutes or less costs nothing.",
+                  "The function returns the price in dollars, and 0.0 for zero or negative minutes.",
+                  "Give the amount rounded to cents (nothing is charged for 0 minutes or fewer)."]))
 
 
 def truncate_text(s, r):
@@ -204,8 +235,12 @@ def truncate_text(s, r):
                 [n, suffix],
                 [f"How many characters of the {s['thing']} should be kept?",
                  f"What should be added at the end when the {s['thing']} is cut?"],
-                f"A {s['thing']} that is too long should be cut short, with a marker at the end so readers can see "
-                f"something was cut. Short ones stay as they are.")
+                ([f"{an(s['thing'])} that is too long should be cut short, with a marker at the end so readers can see something was cut.",
+                  f"If the {s['thing']} does not fit, keep only its beginning and add a marker to show that it was shortened.",
+                  f"Overly long {s['thing']}s get trimmed to a maximum length, followed by a little marker."],
+                 ["Short ones stay as they are.",
+                  "Anything that already fits is returned unchanged.",
+                  "If it fits, return it untouched."]))
 
 
 def length_range(s, r):
@@ -223,8 +258,12 @@ def length_range(s, r):
                 [f"A {s['thing']} needs at least {lo} characters.", f"A {s['thing']} can have at most {hi} characters."],
                 [lo, hi],
                 [f"What is the shortest {s['thing']} allowed?", f"What is the longest {s['thing']} allowed?"],
-                f"A {s['thing']} is accepted only if its length is between a minimum and a maximum number of "
-                f"characters, both allowed themselves. Return True or False.")
+                ([f"A {s['thing']} is accepted only if its length is between a minimum and a maximum number of characters.",
+                  f"We only allow a {s['thing']} whose number of characters is neither below a minimum nor above a maximum.",
+                  f"Check that the {s['thing']} is not too short and not too long."],
+                 ["Both limits are allowed themselves. Return True or False.",
+                  "A length equal to either limit is fine; return a bool.",
+                  "Return True when it is acceptable (the limits themselves are acceptable), else False."]))
 
 
 def reorder(s, r):
@@ -243,8 +282,12 @@ def reorder(s, r):
                 [f"Reorder when fewer than {point} {u} are left.", f"Refill up to {target} {u}."],
                 [point, target],
                 [f"Below how many {u} should I reorder?", f"Up to how many {u} should the order refill?"],
-                f"When the {s['thing']} runs low I reorder enough to fill it back up to a fixed level; otherwise "
-                f"I order nothing. Return how many {u} to order.")
+                ([f"When the {s['thing']} runs low I reorder enough to fill it back up to a fixed level; otherwise I order nothing.",
+                  f"Below a certain stock level I top the {s['thing']} up to a target amount, and above it no order is needed.",
+                  f"If stock is low, the order should bring the {s['thing']} back to its full level; if not, order zero."],
+                 [f"Return how many {u} to order.",
+                  f"The function gives the number of {u} to buy.",
+                  f"Return the quantity in {u}."]))
 
 
 def opening_hours(s, r):
@@ -259,8 +302,12 @@ def opening_hours(s, r):
                 [f"We open at {op}:00.", f"We close at {cl}:00, so the {cl}:00 hour is already closed."],
                 [op, cl],
                 ["What time do you open?", "What time do you close?"],
-                "Given a whole hour of the day (0 to 23), tell whether we are open during that hour. Return "
-                "True or False.")
+                (["Given a whole hour of the day on the 24-hour clock, tell whether we are open during that hour.",
+                  "The input is an hour of the 24-hour clock (a whole number); say whether that hour falls within our opening hours.",
+                  "For an hour of the day (24-hour clock), decide if we are open then."],
+                 ["Return True or False.",
+                  "Give back a bool.",
+                  "The answer is True when open, False otherwise."]))
 
 
 def word_bonus(s, r):
@@ -280,7 +327,12 @@ def word_bonus(s, r):
                 [f"Words with at least {n} letters get a bonus.", f"The bonus is {bonus} {s['pts']}."],
                 [n, bonus],
                 ["How long must a word be to get the bonus?", f"How many bonus {s['pts']} does it give?"],
-                f"Every letter is worth {per} {s['pts']}, and long words get a fixed bonus on top.")
+                ([f"Every letter is worth {per} {s['pts']}, and long words get a fixed bonus on top.",
+                  f"A word scores {per} {s['pts']} per letter; words that are long enough earn extra {s['pts']} as well.",
+                  f"Count {per} {s['pts']} for each letter and add a bonus when the word is long."],
+                 ["Return the total.",
+                  f"The function returns the number of {s['pts']}.",
+                  "Give back the score as a whole number."]))
 
 
 def tip_minimum(s, r):
@@ -302,8 +354,12 @@ def tip_minimum(s, r):
                  f"The {s['tip']} is never less than {money(minimum)}."],
                 [rate, minimum],
                 [f"What percentage of the {s['thing']} is the {s['tip']}?", f"Is there a minimum {s['tip']}?"],
-                f"The {s['tip']} is a percentage of the {s['thing']}, but never less than a fixed minimum. "
-                f"Return it in dollars, rounded to cents.")
+                ([f"The {s['tip']} is a percentage of the {s['thing']}, but never less than a fixed minimum.",
+                  f"We take a set percentage of the {s['thing']} as the {s['tip']}, with a floor for small amounts.",
+                  f"Work out the {s['tip']} as a share of the {s['thing']}; if that is tiny, a minimum {s['tip']} applies instead."],
+                 ["Return it in dollars, rounded to cents.",
+                  "Round the result to cents.",
+                  "The function returns the amount rounded to cents."]))
 
 
 def overtime(s, r):
@@ -325,8 +381,12 @@ def overtime(s, r):
                  f"Overtime hours are paid {mult:g} times the normal rate."],
                 [limit, mult],
                 [f"After how many hours {s['period']} does overtime start?", "How much more is an overtime hour paid?"],
-                f"Hours beyond a set number {s['period']} count as overtime and are paid at a higher multiple of "
-                f"the hourly rate. Return the pay, rounded to cents.")
+                ([f"Hours beyond a set number {s['period']} count as overtime and are paid at a higher multiple of the hourly rate.",
+                  f"Up to a certain number of hours {s['period']} the normal rate applies; every hour after that is overtime, paid at a multiple of it.",
+                  f"Overtime kicks in after a fixed number of hours {s['period']}, and those extra hours earn more than the normal rate."],
+                 ["Return the pay, rounded to cents.",
+                  "The result is the total pay rounded to cents.",
+                  "Give back the wage in dollars, rounded to cents."]))
 
 
 def loyalty_points(s, r):
@@ -345,8 +405,12 @@ def loyalty_points(s, r):
                 [f"Customers earn one {p} for every {money(per)} spent.", f"At most {cap} {p}s per purchase."],
                 [per, cap],
                 [f"How much do I have to spend to earn one {p}?", f"Is there a maximum number of {p}s per purchase?"],
-                f"Customers earn one {p} for every full block of dollars they spend, up to a limit per purchase. "
-                f"Return the whole number of {p}s.")
+                ([f"Customers earn one {p} for every full block of dollars they spend, up to a limit per purchase.",
+                  f"Each purchase earns {p}s: one per whole step of spending, with a maximum for a single purchase.",
+                  f"Spending earns {p}s at a fixed number of dollars per {p} (only full steps count), capped per purchase."],
+                 [f"Return the whole number of {p}s.",
+                  "The function returns an int.",
+                  f"Give back how many {p}s the purchase earns."]))
 
 
 def tax_exempt(s, r):
@@ -360,6 +424,7 @@ def tax_exempt(s, r):
                 f"    return round(price * (1 + {lit(rate)}), 2)\n")
 
     others = [c for c in cats if c != exempt]
+    cat_list = ", ".join(repr(c) for c in cats)
     prices = [4.99, 12.5, 20, 7.25, 99.9, 3.1, 45, 15.75, 60, 8.8]
     cs = [exempt, others[0], exempt, others[1], others[0], exempt, others[-1], others[1], exempt, others[-1]]
     return task(src(rate, exempt), [src(0.1, exempt), src(rate, None), src(rate, others[0])],
@@ -367,8 +432,12 @@ def tax_exempt(s, r):
                 [f"Sales tax is {pct(rate)}.", f"{exempt!r} items are tax-free."],
                 [rate, exempt],
                 ["What is the sales tax rate?", "Is any category tax-free?"],
-                f"The category is one of {', '.join(repr(c) for c in cats)}. Add sales tax to the price, except "
-                f"that one category is not taxed. Return the price to pay, rounded to cents.")
+                ([f"The category is one of {cat_list}. Add sales tax to the price, except that one category is not taxed.",
+                  f"Items fall into the categories {cat_list}; all of them carry sales tax except one.",
+                  f"Every item has a category ({cat_list}), and one category is exempt from the sales tax the others pay."],
+                 ["Return the price to pay, rounded to cents.",
+                  "Give back the final price rounded to cents.",
+                  "The result is the shelf price including any tax, rounded to cents."]))
 
 
 def tax_allowance(s, r):
@@ -387,8 +456,12 @@ def tax_allowance(s, r):
                 [f"The first {money(allowance)} is not taxed.", f"Everything above that is taxed at {pct(rate)}."],
                 [allowance, rate],
                 [f"How much of the {s['thing']} is tax-free?", "What rate applies above that?"],
-                f"Only the part of the {s['thing']} above a tax-free allowance is taxed, at one flat rate. Return "
-                f"the tax in dollars, rounded to cents.")
+                ([f"Only the part of the {s['thing']} above a tax-free allowance is taxed, at one flat rate.",
+                  f"There is a tax-free amount; whatever the {s['thing']} exceeds it by is taxed at a single rate.",
+                  f"Tax is charged at a flat percentage, but only on the {s['thing']} beyond an allowance."],
+                 ["Return the tax in dollars, rounded to cents.",
+                  "The function returns the tax owed, rounded to cents.",
+                  "Give back how much tax is due, rounded to cents."]))
 
 
 def top_n(s, r):
@@ -408,8 +481,12 @@ def top_n(s, r):
     return task(src(n), [src(3), src(10), src(5)], tests,
                 [f"Show the top {n} {s['things']}."], [n],
                 [f"How many {s['things']} should the list show?"],
-                f"The input maps each {s['thing']} to its {s['score']}; return the names of the best ones, highest "
-                f"first (no two have the same {s['score']}). Only a fixed number make the list.")
+                ([f"The input maps each {s['thing']} to its {s['score']}; return the names of the best ones, highest first.",
+                  f"Given a dict from {s['thing']} to {s['score']}, list the leading names in order, best first.",
+                  f"From a mapping of {s['things']} to their {s['score']}s, pick the top names, highest {s['score']} first."],
+                 [f"Only a fixed number make the list, and the {s['score']}s are all different.",
+                  f"The list has a fixed length (or is shorter if there are not enough {s['things']}); {s['score']}s never tie.",
+                  f"There is a set number of places on the list; no {s['score']}s are equal."]))
 
 
 def default_label(s, r):
@@ -425,13 +502,19 @@ def default_label(s, r):
     return task(src(default), [src("unknown"), src(None), src("")], tests,
                 [f"Any {s['code']} not in the list should give {default!r}."], [default],
                 [f"What should come back for a {s['code']} that is not in the list?"],
-                f"The known {s['code']}s are: {listing}. Anything else needs a fixed placeholder text.")
+                ([f"The known {s['code']}s are: {listing}.",
+                  f"These {s['code']}s are defined: {listing}.",
+                  f"Here is the mapping I use: {listing}."],
+                 ["Anything else needs a fixed placeholder text.",
+                  f"Any other {s['code']} should come back as one fixed placeholder.",
+                  "Codes outside the list get a default text."]))
 
 
 def unit_suffix(s, r):
     suffix = pick(r, s["suffixes"])
     others = [x for x in s["suffixes"] if x != suffix]
     fn, a, d = s["fn"], s["arg"], s["decimals"]
+    dec = ["no decimals", "one decimal", "two decimals"][d]
 
     def src(suffix):
         return f"def {fn}({a}):\n    return '%.{d}f' % {a} + {suffix!r}\n"
@@ -439,8 +522,12 @@ def unit_suffix(s, r):
     return task(src(suffix), [src(others[0]), src(others[1]), src("")], [(x,) for x in s["values"]],
                 [f"Put {suffix!r} right after the number."], [suffix],
                 [f"What exactly should follow the number?"],
-                f"Show the number with {['no', 'one', 'two'][d]} decimal{'s' if d != 1 else ''} followed by the unit, "
-                f"written exactly the way we always write it.")
+                ([f"Show the number with {dec} followed by the unit, written exactly the way we always write it.",
+                  f"Format it with {dec}, then the unit in our house style.",
+                  f"Round it for display to {dec} and put our usual unit text after it."],
+                 ["Return the text.",
+                  "The function returns a string.",
+                  "Give back the label as a string."]))
 
 
 def kth_free(s, r):
@@ -452,13 +539,18 @@ def kth_free(s, r):
             return f"def {fn}(count, price):\n    return round(count * price, 2)\n"
         return f"def {fn}(count, price):\n    free = count // {k}\n    return round((count - free) * price, 2)\n"
 
-    counts = ten([1, k - 1, k, k + 1, 2 * k, 2 * k + 1, 3 * k, 10, 25, 5 * k - 1], [13, 17, 30, 33, 41])
+    # multiples of k tell k from a larger guess; multiples of 5 and 10 tell it from a smaller one
+    counts = ten([1, k - 1, k, k + 1, 2 * k, 3 * k, 5, 10, 20, 30], [25, 2 * k + 1, 5 * k - 1, 41])
     prices = [s["price"]] * 5 + [round(s["price"] * 1.2, 2)] * 5
     return task(src(k), [src(5), src(10), src(None)], list(zip(counts, prices)),
                 [f"Every {ordinal(k)} {item} is free."], [k],
                 [f"How often is a {item} free?"],
-                f"Some {item}s in an order are free under our loyalty deal; return the total for `count` {item}s at "
-                f"`price` each, rounded to cents.")
+                ([f"Some {item}s in an order are free under our loyalty deal.",
+                  f"Our deal gives away {item}s: in a big enough order, some {item}s cost nothing.",
+                  f"Regulars get free {item}s at a fixed interval in each order."],
+                 [f"Return the total for `count` {item}s at `price` each, rounded to cents.",
+                  f"Compute what `count` {item}s at `price` each cost after the deal, rounded to cents.",
+                  "The function returns the order total in dollars (rounded to cents)."]))
 
 
 def clamp_add(s, r):
@@ -471,14 +563,19 @@ def clamp_add(s, r):
         return f"def {fn}({a}):\n    return min({a} + {amount}, {maximum})\n"
 
     m, dm = maximum, s["default_max"]
-    tests = sorted(ten([0, 1, round(m * 0.2), round(m * 0.35), m - amount - 1, m - amount + 1, m - 2, m,
-                        min(m, dm) - 1, max(m, dm) - 1], [round(m * 0.5), round(m * 0.1), m - 1, 2, 3]))
+    tests = sorted(ten([0, 1, round(m * 0.2), round(m * 0.35), m - amount - 1, m - amount + 1, m - amount // 2,
+                        m - 1, m, min(m, dm) - 1, max(m, dm) - 1], [round(m * 0.5), round(m * 0.1), 2, 3]))
     return task(src(amount, maximum), [src(amount, None), src(amount, dm), src(s["default_amount"], maximum)],
                 [(x,) for x in tests],
                 [f"One {s['action']} adds {amount} {u}.", f"It can never go above {maximum} {u}."],
                 [amount, maximum],
                 [f"How many {u} does one {s['action']} add?", f"What is the most {u} there can be?"],
-                f"Each {s['action']} adds a fixed number of {u}, up to a maximum. Return the new number of {u}.")
+                ([f"Each {s['action']} adds a fixed number of {u}, up to a maximum.",
+                  f"A {s['action']} raises the {u} by a set amount, but never past a ceiling.",
+                  f"Using a {s['action']} increases the {u} by a fixed step, capped at a top value."],
+                 [f"Return the new number of {u}.",
+                  "The function returns the new value.",
+                  f"Give back the {u} after the {s['action']}."]))
 
 
 def tolerance_fine(s, r):
@@ -491,8 +588,8 @@ def tolerance_fine(s, r):
 
     L, dt = s["limit"], s["default_tol"]
     lo, hi = min(tol, dt), max(tol, dt)
-    overs = ten([-5 * s["step"], 0, lo, round(lo + (hi - lo) * 0.4, 1), round(lo + (hi - lo) * 0.8, 1),
-                 hi + s["step"], hi * 2, hi * 3 + s["step"], hi * 5, hi + 0.5 * s["step"]],
+    overs = ten([-5 * s["step"], 0, lo, round(lo + (hi - lo) * 0.3, 1), round(lo + (hi - lo) * 0.6, 1), hi,
+                 hi + s["step"], hi * 2, hi * 3 + s["step"], hi * 5],
                 [hi * 4, hi * 7, -s["step"]])
     if tol == 0 or dt == 0:
         raise ValueError("tolerances must be positive")
@@ -502,8 +599,12 @@ def tolerance_fine(s, r):
                  f"Above that the fine is {money(per)} for every {u} over the limit, counted from the limit."],
                 [tol, per],
                 [f"How far over the limit can one go without a fine?", f"How much is the fine per {u} over?"],
-                f"Small overshoots are tolerated; beyond that the fine grows with every {u} over the limit. Return "
-                f"the fine in dollars (0 when there is none).")
+                ([f"Small overshoots are tolerated; beyond that the fine grows with every {u} over the limit.",
+                  f"Going a little over is forgiven, but past that margin there is a fine per {u} over.",
+                  f"We allow a margin above the limit; anyone beyond the margin pays for each {u} above the limit."],
+                 ["Return the fine in dollars (0 when there is none).",
+                  "The function returns the fine, rounded to cents, or 0 if there is none.",
+                  "Give back the amount owed, 0 for no fine."]))
 
 
 def late_points(s, r):
@@ -513,19 +614,25 @@ def late_points(s, r):
     def src(per, floor):
         return f"def {fn}(score, days_late):\n    return max(score - days_late * {per}, {floor})\n"
 
-    tests = [(s["full"], 0), (s["full"] - 8, 1), (s["full"] - 20, 2), (s["full"] - 3, 3), (50, 1), (48, 2),
-             (60, 6), (45, 9), (35, 4), (30, 12)]
+    f = s["full"]  # some marks stay above the floor, some land below it
+    tests = ten([(f, 0), (f - 8, 1), (f - 20, 2), (60, 1), (floor + per, 3), (floor + 5, 2), (floor, 1),
+                 (floor + 2 * per, 5), (30 + floor, 12), (75, 2)], [(f - 3, 3), (48, 2)])
     return task(src(per, floor), [src(per, 0), src(10, floor), src(10, 0)], tests,
                 [f"Each day late costs {per} points.", f"The mark never drops below {floor}."],
                 [per, floor],
                 ["How many points does each day late cost?", "Is there a lowest mark it can drop to?"],
-                f"Late {s['thing']}s lose a fixed number of points per day late, but the mark has a floor. Return "
-                f"the mark after the penalty.")
+                ([f"Late {s['thing']}s lose a fixed number of points per day late, but the mark has a floor.",
+                  f"Every day a {s['thing']} is late takes points off, though the mark cannot fall below a minimum.",
+                  f"For each day past the deadline the {s['thing']} loses some points, down to a lowest possible mark."],
+                 ["Return the mark after the penalty.",
+                  "The function returns the final mark.",
+                  "Give back the penalised mark."]))
 
 
 def ceil_boxes(s, r):
     k = pick(r, s["ks"])
-    fn, a = s["fn"], s["arg"]
+    fn, a, box, items = s["fn"], s["arg"], s["box"], s["items"]
+    boxes = box + ("es" if box.endswith(("s", "x", "ch", "sh")) else "s")
 
     def src(k, how="ceil"):
         expr = {"ceil": f"-(-{a} // {k})", "floor": f"{a} // {k}", "round": f"round({a} / {k})"}[how]
@@ -536,10 +643,12 @@ def ceil_boxes(s, r):
     return task(src(k), [src(s["default"]), src(k, "floor"), src(k, "round")], [(x,) for x in tests],
                 [f"One {s['box']} holds {k} {s['items']}."], [k],
                 [f"How many {s['items']} fit in one {s['box']}?"],
-                f"Every {s['box']} holds the same fixed number of {s['items']}, and a part-filled {s['box']} still "
-                f"counts. Return how many {s['box']}es are needed." if s["box"].endswith(("s", "x", "ch", "sh"))
-                else f"Every {s['box']} holds the same fixed number of {s['items']}, and a part-filled {s['box']} "
-                     f"still counts. Return how many {s['box']}s are needed.")
+                ([f"Every {box} holds the same fixed number of {items}, and a part-filled {box} still counts.",
+                  f"{items.capitalize()} go into {boxes} of a fixed size; a {box} that is only partly full is still needed.",
+                  f"We fill {boxes} with {items}, a set number per {box}, and round up for the leftovers."],
+                 [f"Return how many {boxes} are needed.",
+                  f"The function gives the number of {boxes}.",
+                  f"Give back the count of {boxes}."]))
 
 
 def compound(s, r):
@@ -550,13 +659,18 @@ def compound(s, r):
         grow = f"(1 + {lit(rate)} * years)" if simple else f"(1 + {lit(rate)}) ** years"
         return f"def {fn}({a}, years):\n    return round({a} * {grow}, 2)\n"
 
-    vals = [(s["start"], 1), (s["start"], 2), (s["start"], 5), (s["start"] * 2, 3), (s["start"] * 0.5, 10),
-            (s["start"], 0), (s["start"] * 3, 4), (s["start"] * 1.5, 7), (s["start"], 12), (s["start"] * 0.8, 1)]
+    v = s["start"]
+    vals = [(round(v * f, 2), y) for f, y in ((1, 1), (1, 2), (1, 5), (2, 3), (0.5, 10), (1, 0), (3, 4), (1.5, 7),
+                                               (1, 12), (0.8, 1))]
     return task(src(rate), [src(0.05), src(rate, simple=True), src(0.1)], vals,
                 [f"The {s['thing']} grows by {pct(rate)} every year."], [rate],
                 [f"By how much does the {s['thing']} grow each year?"],
-                f"The {s['thing']} grows by the same percentage every year, compounding. Return the value after "
-                f"`years` years, rounded to cents.")
+                ([f"The {s['thing']} grows by the same percentage every year, compounding.",
+                  f"Each year the {s['thing']} goes up by a fixed percentage of the previous year's value.",
+                  f"Apply a constant yearly growth rate to the {s['thing']}, compounded once per year."],
+                 ["Return the value after `years` years, rounded to cents.",
+                  "The function returns the amount after the given number of years, rounded to cents.",
+                  "Give back the future value, rounded to cents."]))
 
 
 def slug(s, r):
@@ -573,8 +687,12 @@ def slug(s, r):
                 [f"Join the words with {sep!r}.", f"Keep at most {n} characters."],
                 [sep, n],
                 ["What character goes between the words?", "How long can the result be?"],
-                "Lower-case it, join the words with one separator character, and cut the result to a maximum "
-                "length.")
+                (["Lower-case it, join the words with one separator character, and cut the result to a maximum length.",
+                  "Make it lower case, put a single separator between the words, and trim it if it gets too long.",
+                  "The key is the lower-cased words glued together with a separator, shortened to a length limit."],
+                 ["Return the string.",
+                  "The function returns that string.",
+                  "Give back the result."]))
 
 
 def initials(s, r):
@@ -590,8 +708,12 @@ def initials(s, r):
                 [f"Put {mark!r} after each initial.", f"Use at most {m} initials."],
                 [mark, m],
                 ["What goes after each initial?", "How many initials at most?"],
-                "Take the first letter of each word of the name, upper-cased, each followed by a mark, and only "
-                "up to a fixed number of initials.")
+                (["Take the first letter of each word of the name, upper-cased, each followed by a mark.",
+                  "Build it from the capitalised first letter of every word in the name, with a mark after each letter.",
+                  "Use the first letter of each name part in upper case and put a mark after every initial."],
+                 ["Only up to a fixed number of initials are used.",
+                  "Long names are cut to a maximum number of initials.",
+                  "There is a limit on how many initials appear."]))
 
 
 def mask_digits(s, r):
@@ -606,8 +728,12 @@ def mask_digits(s, r):
                 [f"Show only the last {keep} digits.", f"Replace each hidden digit with {ch!r}."],
                 [keep, ch],
                 ["How many digits stay visible at the end?", "What character replaces the hidden digits?"],
-                f"Hide all but the last few digits of the {s['thing']}; each hidden digit is replaced by one mask "
-                f"character.")
+                ([f"Hide all but the last few digits of the {s['thing']}.",
+                  f"Only the end of the {s['thing']} should stay readable.",
+                  f"Mask the {s['thing']} except for its final digits."],
+                 ["Each hidden digit is replaced by one mask character.",
+                  "Every hidden digit becomes one mask character.",
+                  "Swap each hidden digit for a single mask character and return the string."]))
 
 
 def temp_alert(s, r):
@@ -630,8 +756,12 @@ def temp_alert(s, r):
                 [f"Above {high:g} degrees is {hot!r}.", f"Below {low:g} degrees is {cold!r}."],
                 [high, low],
                 [f"Above what temperature is it {hot!r}?", f"Below what temperature is it {cold!r}?"],
-                f"Given the {s['thing']} temperature in degrees Celsius, return {hot!r} above an upper limit, {cold!r} "
-                f"below a lower limit and 'ok' otherwise (the limits themselves are 'ok').")
+                ([f"Given the {s['thing']} temperature in degrees Celsius, return {hot!r} above an upper limit, {cold!r} below a lower limit and 'ok' otherwise.",
+                  f"The reading is in degrees Celsius: say {hot!r} when it is over the upper limit, {cold!r} when under the lower one, else 'ok'.",
+                  f"Classify a {s['thing']} reading (Celsius) as {hot!r}, {cold!r} or 'ok' using a lower and an upper limit."],
+                 ["The limits themselves are 'ok'.",
+                  "A reading exactly at a limit is still 'ok'.",
+                  "Being exactly on a limit counts as 'ok'."]))
 
 
 def xp_level(s, r):
@@ -650,8 +780,12 @@ def xp_level(s, r):
                 [f"Every {per} {s['pts']} gives one more level, starting at level 1.", f"The highest level is {cap}."],
                 [per, cap],
                 [f"How many {s['pts']} does one level take?", "Is there a highest level?"],
-                f"Everyone starts at level 1 and goes up one level for each fixed amount of {s['pts']}, up to a top "
-                f"level. Return the level.")
+                ([f"Everyone starts at level 1 and goes up one level for each fixed amount of {s['pts']}, up to a top level.",
+                  f"Level 1 is the start; every full step of {s['pts']} adds a level, and there is a maximum level.",
+                  f"A fixed number of {s['pts']} is needed per level above the first, and levels stop at a cap."],
+                 ["Return the level.",
+                  "The function returns the level as an int.",
+                  "Give back the current level."]))
 
 
 def threshold_multiplier(s, r):
@@ -664,12 +798,10 @@ def threshold_multiplier(s, r):
 
     dt, dm = s["default"]
     lo, hi = min(t, dt), max(t, dt)
-    xs = sorted({s["min"], lo - 1, lo, (lo + hi) // 2, hi - 1, hi, s["max"], hi + 1 if hi < s["max"] else lo + 1})
-    spare = [v for v in range(s["max"], s["min"] - 1, -1) if v not in xs]
-    xs = sorted(xs + spare[:10 - len(xs)])
+    # rolls between the true and the default threshold come several times, with different bases
+    xs = [s["min"], lo - 1, lo, (lo + hi) // 2, hi - 1, hi, s["max"], lo, hi - 1, (hi + s["max"]) // 2]
     bases = [10, 12.5, 8, 20, 15, 9.75, 30, 11, 14, 7]
-    pairs = list(zip(bases, xs[:10]))
-    pairs += list(zip([13, 6.5, 25, 40], reversed(xs)))[:10 - len(pairs)]
+    pairs = ten(list(zip(bases, xs)), [(13, hi), (6.5, lo), (25, s["max"])])
     return task(src(t, m), [src(dt, dm), src(dt, m), src(t, dm)], pairs,
                 [s["dec_t"].format(t=t), s["dec_m"].format(m=f"{m:g}")],
                 [t, m],
@@ -691,8 +823,12 @@ def best_n_average(s, r):
     return task(src(n), [src(None), src(3), src(n + 1)], tests,
                 [f"Only the best {n} {s['things']} count."], [n],
                 [f"How many {s['things']} count towards the average?"],
-                f"Average a list of {s['things']}, but only the best few count (fewer than that: average them all). "
-                f"Round to one decimal.")
+                ([f"Average a list of {s['things']}, but only the best few count (fewer than that: average them all).",
+                  f"Only the highest {s['things']} go into the average; if there are not that many, use them all.",
+                  f"Take the average of the top {s['things']} only, or of all of them when the list is short."],
+                 ["Round to one decimal.",
+                  "Return it rounded to one decimal place.",
+                  "The result is rounded to one decimal."]))
 
 
 def two_tier(s, r):
@@ -714,8 +850,12 @@ def two_tier(s, r):
                 [f"The cheaper rate covers the first {tier} {u}s.", f"Every {u} after that costs {money(high)}."],
                 [tier, high],
                 [f"How many {u}s are charged at the cheaper rate?", f"What does each {u} after that cost?"],
-                f"The first {u}s cost {money(low)} each; after a set number of {u}s a higher price applies to the "
-                f"rest. Return the total in dollars, rounded to cents.")
+                ([f"The first {u}s cost {money(low)} each; after a set number of {u}s a higher price applies to the rest.",
+                  f"Up to a certain number of {u}s the price is {money(low)} per {u}, and every {u} beyond that costs more.",
+                  f"A cheap rate of {money(low)} per {u} covers the first block of {u}s; the rest pay a higher rate."],
+                 ["Return the total in dollars, rounded to cents.",
+                  "The function returns the total, rounded to cents.",
+                  "Give back the bill rounded to cents."]))
 
 
 # ---------------------------------------------------------------------------------------------------- skins
@@ -821,7 +961,7 @@ SKINS: dict = {
              story="New members on our hiking forum pick a username when they sign up."),
         dict(domain="sports", fn="valid_team_name", arg="team", thing="team name", los=[5, 7], his=[24, 26],
              default=(2, 30), sample="red rovers ",
-             story="Teams registering for our five-a-side league enter a team name on a form."),
+             story="Teams registering for our small-sided football league enter a team name on a form."),
         dict(domain="security", fn="valid_wifi_password", arg="password", thing="Wi-Fi password", los=[11, 12],
              his=[40, 48], default=(8, 63), sample="correcthorse",
              story="The setup screen of our home router checks the Wi-Fi password people type."),
@@ -833,7 +973,7 @@ SKINS: dict = {
              story="Our events app lets people tag their photos with a hashtag."),
     ],
     reorder: [
-        dict(domain="cafe", fn="beans_to_order", thing="coffee bean shelf", units="bags", points=[7, 8, 12],
+        dict(domain="cafe", fn="beans_to_order", thing="coffee bean shelf", units="bags", points=[5, 6, 14],
              targets=[25, 30, 36], default=(10, 20),
              story="I manage stock for a small café and count bags of coffee beans every Monday."),
         dict(domain="office", fn="paper_to_order", thing="printer paper cupboard", units="reams", points=[14, 16, 4],
@@ -1036,7 +1176,7 @@ SKINS: dict = {
              amounts=[8, 12, 40], maxima=[60, 75, 200], default_max=100, default_amount=10,
              story="Spaceships in my arcade game can recharge their shields."),
         dict(domain="fitness", fn="log_water", arg="glasses", units="glasses", action="logged bottle",
-             amounts=[2, 3], maxima=[10, 12, 14], default_max=8, default_amount=1,
+             amounts=[3, 4], maxima=[10, 12, 14], default_max=8, default_amount=1,
              story="A hydration tracker counts glasses of water drunk today."),
         dict(domain="home", fn="boost_heating", arg="setpoint", units="degrees", action="boost",
              amounts=[2, 3, 4], maxima=[26, 27, 28], default_max=30, default_amount=1,
@@ -1060,7 +1200,7 @@ SKINS: dict = {
              story="Students get a free printing quota at the university library."),
     ],
     late_points: [
-        dict(domain="education", fn="homework_mark", thing="homework", full=100,
+        dict(domain="education", fn="homework_mark", thing="homework assignment", full=100,
              story="I teach secondary school and mark homework out of 100."),
         dict(domain="contests", fn="essay_score", thing="essay entry", full=95,
              story="Our essay contest scores entries, and some arrive after the deadline."),
@@ -1280,6 +1420,10 @@ def build(seed: int = SEED, n_test: int = N_TEST) -> list[dict]:
         for k, s in enumerate(skins):
             r = random.Random(f"{seed}-{builder.__name__}-{k}")
             t = builder(s, r)
+            if isinstance(t["ask"], tuple):
+                rules, rets = t["ask"]
+                i, j = PHRASINGS[k % len(PHRASINGS)]
+                t["ask"] = f"{rules[i]} {rets[j]}"
             sig = t["code"].split("\n", 1)[0].removesuffix(":")
             calls = [render_call(s["fn"], a) for a in t["tests"]]
             if len(calls) != 10 or len(set(calls)) != 10:

@@ -180,6 +180,7 @@ def pytest_sessionfinish(session, exitstatus):
                "terminated (a test or fixture does not stop what it starts):\n" + "\n".join(lines))
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
+        reporter.ensure_newline()
         reporter.write_sep("=", "leaked processes", red=True)
         reporter.write_line(message)
     else:

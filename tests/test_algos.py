@@ -284,7 +284,8 @@ def test_train_dpo_end_to_end(tiny_model_dir, tmp_path):
     assert all(v.abs().sum() > 0 for v in lora_b(out).values())
     assert json.loads((out / "adapter_config.json").read_text())["r"] == 4
     # The longest prompt was shortened (oldest exchange dropped) instead of being cut or dropped by TRL.
-    assert len(ds) == 4 and ds[2]["prompt"][:2] == rows[2]["prompt"][:2] and len(ds[2]["prompt"]) < len(rows[2]["prompt"])
+    assert len(ds) == 4 and ds[2]["prompt"][:2] == rows[2]["prompt"][:2]
+    assert len(ds[2]["prompt"]) < len(rows[2]["prompt"])
     policy = load_policy(tiny_model_dir, out, "cpu")
     assert not hasattr(policy, "peft_config")  # merged
     gen = policy.generate(torch.tensor([[1, 5, 6]]), max_new_tokens=3, do_sample=False)

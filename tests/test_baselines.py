@@ -97,7 +97,8 @@ def test_rft_trainer_loss_equals_hand_computation(tiny_model_dir, tmp_path):
     want = L.sft_loss(torch.tensor([r + [0.0] * (width - len(r)) for r in lps]),
                       torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in lps]))
     flat = [x for r in lps for x in r]
-    assert want.item() == pytest.approx(-sum(flat) / len(flat), rel=1e-6) and loss == pytest.approx(want.item(), rel=1e-4)
+    assert want.item() == pytest.approx(-sum(flat) / len(flat), rel=1e-6)
+    assert loss == pytest.approx(want.item(), rel=1e-4)
 
 
 def test_mt_dpo_trainer_loss_equals_hand_computation(tiny_model_dir, tmp_path):

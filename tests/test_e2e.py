@@ -3,27 +3,26 @@
 Real parts only: SmolLM2-135M (converted from its offline GGUF on first use), the sandbox, the bundled easy tasks.
 """
 
-from pathlib import Path
-
 import pytest
 from mlflow.tracking import MlflowClient
 
 from sweet.config import load_config
-from sweet.stages import plan
 from sweet.store import Catalog
 from tests.conftest import MODELS_DIR
 
 TABLES = ["tasks", "trajectories", "turns", "pairs", "candidates", "dpo_pairs", "eval_results"]
 
 
-def _stamps(cfg):
-    """Each stage folder of this config -> (its manifest's mtime, the names and mtimes of every file in it)."""
-    out = {}
-    for stage, folder in plan(cfg).items():
-        d = Path(folder)
-        out[stage] = ((d / "manifest.json").stat().st_mtime_ns,
-                      sorted((str(f.relative_to(d)), f.stat().st_mtime_ns) for f in d.rglob("*") if f.is_file()))
-    return out
+def _stage_folders(cfg) -> dict[str, list[tuple[str, int]]]:
+    """Every finished stage folder under the experiment (<stage>/<fingerprint>) -> the names and mtimes of all its
+    files."""
+    return {f"{m.parent.parent.name}/{m.parent.name}":
+            sorted((str(f.relative_to(m.parent)), f.stat().st_mtime_ns) for f in m.parent.rglob("*") if f.is_file())
+            for m in cfg.root.glob("*/*/manifest.json")}
+
+
+STAGES = sorted(["generate_tasks", "collect_trajectories", "build_preference_pairs", "train_critic",
+                 "sample_and_rank_candidates", "train_actor", "evaluate", "evaluate"])  # evaluate: before, after
 
 
 def _task_states(flow_run_id):
@@ -32,7 +31,8 @@ def _task_states(flow_run_id):
 
     with get_client(sync_client=True) as client:
         runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-    return {r.name.rsplit("-", 1)[0]: r.state.name for r in runs}
+    # "build preference pairs-a1b" -> "build_preference_pairs"; a list, not a dict: evaluate runs twice
+    return sorted((r.name.rsplit("-", 1)[0].replace(" ", "_"), r.state.name) for r in runs)
 
 
 @pytest.mark.slow
@@ -73,24 +73,24 @@ def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path, openai_server, pref
     artifacts = {a.path for a in client.list_artifacts(stages["evaluate"].info.run_id)}
     assert {"results.md", "dialogues.md", "tests_passed.png"} <= artifacts
 
-    # The rerun is all cache hits: every task run is Cached and no stage folder is written to.
-    stamps = _stamps(cfg)
+    # The rerun is all cache hits: every task run is Cached, no stage folder is added or written to.
+    folders = _stage_folders(cfg)
+    assert sorted(f.split("/")[0] for f in folders) == STAGES, sorted(folders)
     again = full(cfg=cfg, return_state=True)
     assert again.is_completed() and again.result() == report
     states = _task_states(again.state_details.flow_run_id)
-    assert len(states) == 7 and set(states.values()) == {"Cached"}, states
-    assert _stamps(cfg) == stamps
+    assert states == [(name, "Cached") for name in STAGES], states
+    assert _stage_folders(cfg) == folders
 
     # Changing one stage's parameter reruns that stage (here the last one) and no other.
     changed = cfg.model_copy(update={"evaluate": cfg.evaluate.model_copy(update={"max_new_tokens": 40})})
     third = full(cfg=changed, return_state=True)
     assert third.is_completed()
     states = _task_states(third.state_details.flow_run_id)
-    assert states.pop("evaluate") == "Completed" and set(states.values()) == {"Cached"}, states
-    # ... into a folder of its own (a new fingerprint); the first run's folders, its evaluate folder included,
-    # are untouched.
-    assert plan(changed)["evaluate"] != plan(cfg)["evaluate"]
-    assert {k: v for k, v in plan(changed).items() if k != "evaluate"} == \
-        {k: v for k, v in plan(cfg).items() if k != "evaluate"}
-    assert (Path(plan(changed)["evaluate"]) / "manifest.json").is_file()
-    assert _stamps(cfg) == stamps
+    assert states == sorted((n, "Completed" if n == "evaluate" else "Cached") for n in STAGES), states
+    # ... into folders of their own (new fingerprints; both evaluations use the changed setting); the first run's
+    # folders, its evaluate folders included, are untouched.
+    now = _stage_folders(changed)
+    added = sorted(set(now) - set(folders))
+    assert [f.split("/")[0] for f in added] == ["evaluate", "evaluate"], sorted(now)
+    assert {k: v for k, v in now.items() if k in folders} == folders

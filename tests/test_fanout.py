@@ -76,6 +76,7 @@ def test_shards_and_scheduler_address_do_not_enter_the_fingerprint():
         load_config("micro", ["collect.shards=0"])
 
 
+@pytest.mark.slow  # a two-worker Dask cluster: about a minute on 2 loaded cores
 def test_collection_fans_out_over_a_local_dask_cluster(tmp_path, openai_server, monkeypatch, prefect_api):
     from prefect.artifacts import Artifact
 

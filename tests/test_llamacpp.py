@@ -22,7 +22,7 @@ from sweet.agents.api import ChatAPI
 from sweet.chat import GenerationFailure
 from sweet.config import EngineConfig, ModelsConfig, PipelineConfig
 
-pytest.importorskip("gguf")
+gguf = pytest.importorskip("gguf")
 from tests.test_models import QWEN_TEMPLATE, write_tiny_gguf  # noqa: E402
 
 BINARY = ls.server_binary()
@@ -33,8 +33,14 @@ CONV = [{"role": "system", "content": "You write Python."}, {"role": "user", "co
 
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory) -> Path:
-    return write_tiny_gguf(tmp_path_factory.mktemp("llamacpp") / "tiny-qwen2.gguf", "qwen2",
+    """The tiny random Qwen2-architecture GGUF of test_models, with an 8192-token training context (llama-server
+    caps a slot's context there) so that a generation can run long enough to be killed halfway."""
+    path = write_tiny_gguf(tmp_path_factory.mktemp("llamacpp") / "tiny-qwen2.gguf", "qwen2",
                            chat_template=QWEN_TEMPLATE)
+    reader = gguf.GGUFReader(str(path), "r+")
+    reader.fields["qwen2.context_length"].parts[-1][0] = 8192  # in place, in the memory-mapped file
+    del reader
+    return path
 
 
 def _server_pids(model: Path) -> list[int]:
@@ -86,7 +92,7 @@ def test_start_health_chat_close(tiny_gguf):
 
 @needs_server
 def test_killed_mid_request_restarts_once_then_fails_clearly(tiny_gguf):
-    server = ls.LlamaServer(tiny_gguf, parallel=2, ctx_per_slot=4096, threads=1).start()
+    server = ls.LlamaServer(tiny_gguf, parallel=2, ctx_per_slot=2048, threads=1).start()
     chat = llamacpp.LlamaCppChat(server, name="tiny", batch_size=2)
     chat.api.extra_body["ignore_eos"] = True  # a long generation that is surely still running when it is killed
     first_pid, killed = server.pid, threading.Event()
@@ -107,7 +113,7 @@ def test_killed_mid_request_restarts_once_then_fails_clearly(tiny_gguf):
     try:
         killer = threading.Thread(target=kill_when_busy)
         killer.start()
-        out = chat.generate([CONV], max_new_tokens=3000, temperature=1.0, seed=5)
+        out = chat.generate([CONV], max_new_tokens=1500, temperature=1.0, seed=5)
         killer.join()
         assert killed.is_set(), "the request finished before the server could be killed"
         assert len(out) == 1 and not isinstance(out[0], GenerationFailure)
@@ -140,7 +146,7 @@ def test_seeded_requests_repeat(tiny_gguf, tmp_path):
         assert a == b and all(a)
         c = chat.generate([CONV], 12, temperature=1.0, seed=12, num_return_sequences=3)
         assert len(c) == 3 and len(set(c)) > 1  # one prompt, three completions with their own seeds
-        greedy = chat.generate([CONV], 12, temperature=0.0, num_return_sequences=2)
+        greedy = chat.generate([CONV], 12, temperature=0.0, seed=1, num_return_sequences=2)
         assert len(greedy) == 2 and greedy[0] == greedy[1]
         # Unseeded calls still send seeds (a counter): each call differs, and a fresh backend repeats the sequence.
         u1, u2 = chat.generate([CONV], 12, temperature=1.0), chat.generate([CONV], 12, temperature=1.0)

@@ -75,7 +75,8 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 
 def dpo_nll_of(pol: dict, ref: dict, beta: float, coef: float, cut: int = 0) -> float:
-    """`dpo_nll_loss` of per-token log-probs (side -> one list per row), each completion's last `cut` tokens left out."""
+    """`dpo_nll_loss` of per-token log-probs (side -> one list per row), each completion's last `cut` tokens left
+    out."""
     keep = lambda x: x[:len(x) - cut]  # noqa: E731
     summed = lambda lps: torch.tensor([sum(keep(x)) for x in lps])  # noqa: E731
     chosen = [keep(x) for x in pol["chosen"]]

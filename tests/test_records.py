@@ -20,8 +20,8 @@ from sweet.records import RECORDS, EvalResult, Trajectory, Turn, turns_of
 from sweet.store import TABLES, dumps, write_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-TASK = Task("t/1", "train", "Add.\n\nThe signature of the function is: def add(a, b)", "def add(a, b):\n    return a + b",
-            ["add(1, 2)", "add(2, 3)"])
+TASK = Task("t/1", "train", "Add.\n\nThe signature of the function is: def add(a, b)",
+            "def add(a, b):\n    return a + b", ["add(1, 2)", "add(2, 3)"])
 PAGE = FrontendTask("p1", "test", "A bakery page.", "<html><body><h1>Crumb</h1></body></html>")
 
 
@@ -67,8 +67,8 @@ def test_readme_store_table_matches_the_records():
     assert set(RECORDS) == set(TABLES) - {"tasks"}
     for table, cls in RECORDS.items():
         assert readme[table] == _fields(cls), table
-    # tasks are the environments' own types: the backend's columns; a frontend task has no test_cases.
-    assert readme["tasks"] == _fields(Task) and _fields(FrontendTask) == _fields(Task)[:-1]
+    # tasks are the environments' own types: the backend's columns; a frontend task's are the first four of them.
+    assert readme["tasks"] == _fields(Task) and _fields(FrontendTask) == _fields(Task)[:4]
 
 
 def test_eval_results_are_trajectories_then_method_and_mode():

