@@ -134,7 +134,7 @@ def _status(cfg, code: bool) -> int:
     for name, out in plan(cfg).items():
         print(f"{'done   ' if is_done(Path(out)) else 'pending'}  {name:28s} {out}")
         if code:
-            module = BY_NAME[name].fn.__module__
+            module = BY_NAME[name].module
             closure = codehash.closure(module)
             print(f"    code {codehash.code_version(module)}: {len(closure.modules)} modules, "
                   f"{len(closure.files)} other files")

@@ -27,7 +27,13 @@ class Stage:
     name: str                       # folder name and MLflow run name
     fn: Callable[..., dict]          # fn(cfg, out_dir, *input_dirs) -> summary metrics
     config_keys: tuple[str, ...]     # dotted config paths the outputs depend on
-    # Its code is the import closure of fn's module inside sweet/ (see sweet.codehash), never a list kept by hand.
+    # Its code is the import closure of this module inside sweet/ (see sweet.codehash), never a list kept by hand.
+    # Default: fn's module. A wrapper that only changes how the stage runs (the Dask fan-out) keeps the stage's.
+    code_module: str | None = None
+
+    @property
+    def module(self) -> str:
+        return self.code_module or self.fn.__module__
 
 
 def _launched(data: dict) -> bool:
@@ -65,7 +71,7 @@ def config_slice(cfg: PipelineConfig, keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def code_version(stage: Stage, root: Path = codehash.ROOT) -> str:
-    return codehash.code_version(stage.fn.__module__, root)
+    return codehash.code_version(stage.module, root)
 
 
 def fingerprint(stage: Stage, cfg: PipelineConfig, inputs: tuple[str, ...]) -> str:

@@ -37,7 +37,7 @@ def _collect_trajectories(cfg: PipelineConfig, tasks: str, parent_run_id: str | 
     stage = COLLECT
     if cfg.collect.shards > 1 and not cfg.collect.offline_path:
         # Same name, config keys and code, so the same fingerprint and folder: only how the rollout runs changes.
-        stage = dataclasses.replace(COLLECT, fn=fan_out)
+        stage = dataclasses.replace(COLLECT, fn=fan_out, code_module=COLLECT.module)
     return run_stage(stage, cfg, tasks, parent_run_id=parent_run_id)
 
 

@@ -143,3 +143,21 @@ def test_status_code_lists_each_stages_closure(capsys):
     for entry in ("sweet.stages.evaluate", "sweet.algos.critic", "sweet.models", "sweet/sandbox/_child.py",
                   "sweet/colbench/data/seeds.jsonl"):
         assert f"      {entry}\n" in out
+
+
+def test_the_dask_fan_out_keeps_the_collect_stages_fingerprint(monkeypatch):
+    """`collect.shards>1` swaps the collect function for the fan-out wrapper (in tasks/, orchestration only): same
+    code fingerprint, so the same folder and cache entry as a single-process run."""
+    pytest.importorskip("prefect_dask")
+    import tasks.collect as tc
+    from sweet.config import load_config
+    from sweet.pipeline import fingerprint
+    from sweet.stages import COLLECT
+
+    seen = []
+    monkeypatch.setattr(tc, "run_stage", lambda stage, cfg, *inputs, **kw: seen.append(stage) or "out")
+    cfg = load_config("micro", ["collect.shards=2"])
+    tc._collect_trajectories.fn(cfg, "artifacts/micro/generate_tasks/0123456789abcdef")
+    assert seen[0].fn is tc.fan_out
+    inputs = ("artifacts/micro/generate_tasks/0123456789abcdef",)
+    assert fingerprint(seen[0], cfg, inputs) == fingerprint(COLLECT, cfg, inputs)

@@ -50,7 +50,7 @@ def numbers_in(text: str) -> list[float]:
         v = -v if m.group(1) else v
         unit = (m.group(4) or "").lower().replace(" ", "")
         out.append(v)
-        if unit in ("%", "percent", "percent") or unit.startswith("cent"):
+        if unit in ("%", "percent") or unit.startswith("cent"):
             out.append(v / 100)
         elif unit in ("pm", "p.m.") and v < 12:
             out.append(v + 12)
