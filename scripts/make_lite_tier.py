@@ -57,6 +57,17 @@ def an(word: str) -> str:
     return ("An " if word[0].lower() in "aeiou" else "A ") + word
 
 
+# Punctuation is named in the decisions as well as quoted: a small simulator repeats "a hyphen" more reliably than
+# a bare '-' (it tends to say "a mark").
+MARK_NAMES = {".": "a dot", "_": "an underscore", "-": "a hyphen", "/": "a slash", "+": "a plus sign",
+              "~": "a tilde", "#": "a hash sign", "?": "a question mark", "..": "two dots",
+              ">>": "two greater-than signs", "x": "a lower-case letter x", "X": "a capital letter X"}
+
+
+def named(v: str) -> str:
+    return f"{MARK_NAMES[v]} ({v!r})" if v in MARK_NAMES else repr(v)
+
+
 def ordinal(k: int) -> str:
     return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
 
@@ -231,7 +242,7 @@ def truncate_text(s, r):
     return task(src(n, suffix), [src(n, "..."), src(s["default_limit"], suffix), src(n, suffix, inside=True)],
                 tests,
                 [f"Keep at most {n} characters of the {s['thing']}.",
-                 f"Mark a cut {s['thing']} by adding {suffix!r} at the end."],
+                 f"Mark a cut {s['thing']} by adding {named(suffix)} at the end."],
                 [n, suffix],
                 [f"How many characters of the {s['thing']} should be kept?",
                  f"What should be added at the end when the {s['thing']} is cut?"],
@@ -500,7 +511,7 @@ def default_label(s, r):
     tests = [(c,) for c in known] + [(c,) for c in s["unknown"]]
     listing = ", ".join(f"{k!r} is {v!r}" for k, v in mapping.items())
     return task(src(default), [src("unknown"), src(None), src("")], tests,
-                [f"Any {s['code']} not in the list should give {default!r}."], [default],
+                [f"Any {s['code']} not in the list should give {named(default)}."], [default],
                 [f"What should come back for a {s['code']} that is not in the list?"],
                 ([f"The known {s['code']}s are: {listing}.",
                   f"These {s['code']}s are defined: {listing}.",
@@ -595,7 +606,7 @@ def tolerance_fine(s, r):
         raise ValueError("tolerances must be positive")
     tests = [(round(L + o, 2), L) for o in overs]
     return task(src(tol, per), [src(0, per), src(tol, s["default_per"]), src(dt, per)], tests,
-                [f"There is no fine unless it is more than {tol:g} {u}s over the limit.",
+                [f"Up to {tol:g} {s.get('units', u + 's')} over the limit there is no fine.",
                  f"Above that the fine is {money(per)} for every {u} over the limit, counted from the limit."],
                 [tol, per],
                 [f"How far over the limit can one go without a fine?", f"How much is the fine per {u} over?"],
@@ -684,7 +695,7 @@ def slug(s, r):
     titles = s["titles"]
     assert sum(len("-".join(t.split())) > n for t in titles) >= 3, fn
     return task(src(sep, n), [src("-", n), src(sep, None), src("-", None)], [(t,) for t in titles],
-                [f"Join the words with {sep!r}.", f"Keep at most {n} characters."],
+                [f"Join the words with {named(sep)}.", f"Keep at most {n} characters."],
                 [sep, n],
                 ["What character goes between the words?", "How long can the result be?"],
                 (["Lower-case it, join the words with one separator character, and cut the result to a maximum length.",
@@ -705,7 +716,7 @@ def initials(s, r):
                 f"    return ''.join(p[0].upper() + {mark!r} for p in parts)\n")
 
     return task(src(mark, m), [src("", m), src(mark, None), src(".", None)], [(n,) for n in s["names"]],
-                [f"Put {mark!r} after each initial.", f"Use at most {m} initials."],
+                [f"Put {named(mark)} after each initial.", f"Use at most {m} initials."],
                 [mark, m],
                 ["What goes after each initial?", "How many initials at most?"],
                 (["Take the first letter of each word of the name, upper-cased, each followed by a mark.",
@@ -725,7 +736,7 @@ def mask_digits(s, r):
                 f"    return {ch!r} * (len(digits) - {keep}) + digits[-{keep}:]\n")
 
     return task(src(keep, ch), [src(4, "*"), src(keep, "*"), src(4, ch)], [(v,) for v in s["values"]],
-                [f"Show only the last {keep} digits.", f"Replace each hidden digit with {ch!r}."],
+                [f"Show only the last {keep} digits.", f"Replace each hidden digit with {named(ch)}."],
                 [keep, ch],
                 ["How many digits stay visible at the end?", "What character replaces the hidden digits?"],
                 ([f"Hide all but the last few digits of the {s['thing']}.",
@@ -1183,7 +1194,7 @@ SKINS: dict = {
              story="Our smart thermostat has a boost button that raises the target temperature."),
     ],
     tolerance_fine: [
-        dict(domain="traffic", fn="speeding_fine", arg="speed", limit_arg="limit", unit="km/h", limit=50,
+        dict(domain="traffic", fn="speeding_fine", arg="speed", limit_arg="limit", unit="km/h", units="km/h", limit=50,
              tols=[4, 6, 8], pers=[7, 8, 12], default_tol=1, default_per=10, step=1,
              story="Our town is installing a speed camera and the back office computes fines automatically."),
         dict(domain="freight", fn="overweight_fine", arg="weight_kg", limit_arg="max_kg", unit="kilogram",

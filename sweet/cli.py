@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a model id, a local folder or api:<model>[@base_url] (repeatable)")
     me.add_argument("--actor", action="append", default=[], metavar="FOLDER",
                     help="a trained actor (LoRA adapter folder, e.g. <train_actor dir>/actor) on models.policy")
-    me.add_argument("--mode", action="append", choices=["multi_turn", "single_turn"],
+    me.add_argument("--mode", action="append", choices=["multi_turn", "single_turn", "oracle"],
                     help="protocol(s) (repeatable; default: evaluate.modes of the config)")
     me.add_argument("--split", default="test", choices=["train", "test"], help="task split (default test)")
     me.add_argument("--n-tasks", type=int, default=0, help="first N tasks of the split (default: all)")

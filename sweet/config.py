@@ -156,8 +156,9 @@ class ActorConfig(_Cfg):
 
 
 class EvaluateConfig(_Cfg):
-    modes: list[Literal["multi_turn", "single_turn"]] = Field(
-        ["multi_turn"], min_length=1, description="'multi_turn' (ask, then answer) and/or 'single_turn' (answer at once).")
+    modes: list[Literal["multi_turn", "single_turn", "oracle"]] = Field(
+        ["multi_turn"], min_length=1, description="'multi_turn' (ask, then answer), 'single_turn' (answer at once) "
+        "and/or 'oracle' (answer at once, the hidden decisions written into the task: tasks with `decisions` only).")
     agents: list[str] = Field([], description="More systems evaluated zero-shot in the same table: model ids, "
                               "folders or `api:<model>[@url]` (e.g. 'api:gpt-4o').")
     max_turns: int = Field(2, ge=1, le=10, description="Agent turns per episode (paper: 10).")

@@ -36,6 +36,10 @@ class Stage:
         return self.code_module or self.fn.__module__
 
 
+def _llamacpp(data: dict) -> bool:
+    return data["engine"]["backend"] == "llamacpp"
+
+
 def _launched(data: dict) -> bool:
     return data["engine"]["launcher"] == "accelerate"
 
@@ -44,6 +48,7 @@ def _launched(data: dict) -> bool:
 # a single-process training stage not on how `accelerate launch` would have spread it.
 COUNTS_ONLY_IF: dict[str, Callable[[dict], bool]] = {
     "frontend": lambda data: data["task_family"] == "frontend",
+    "engine.llamacpp_parallel": _llamacpp, "engine.llamacpp_ctx_per_slot": _llamacpp,
     "engine.launcher": _launched, "engine.accelerate_config": _launched, "engine.num_processes": _launched,
 }
 

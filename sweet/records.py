@@ -47,7 +47,7 @@ class Trajectory:
 class EvalResult(Trajectory):
     """One evaluation episode (`eval_results`): the trajectory's columns, then which system and protocol."""
     method: str  # the system's name: zero_shot, sweet, ..., or an `evaluate.agents` name such as gpt-4o
-    mode: str  # multi_turn or single_turn
+    mode: str  # multi_turn, single_turn or oracle
 
 
 @dataclass

@@ -139,7 +139,7 @@ def _leftover_processes():
 
 
 def _close_project_pools() -> None:
-    """The project's own exit hooks for what it keeps open on purpose (pooled browsers, vLLM engines): run now,
+    """The project's own exit hooks for what it keeps open on purpose (pooled browsers, vLLM engines, llama.cpp servers): run now,
     so that what they would close at exit is not reported as a leak."""
     import sys
 
@@ -149,6 +149,9 @@ def _close_project_pools() -> None:
     vllm = sys.modules.get("sweet.agents.vllm_backend")
     if vllm is not None:
         vllm.shutdown_engines()
+    llama = sys.modules.get("sweet.agents._llama_server")
+    if llama is not None:
+        llama.close_all()
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own session teardown (session fixtures included)

@@ -269,3 +269,66 @@ def test_client_caps_n_adds_body_and_recovers_once(openai_server):
         assert api.generate([CONV], 8, temperature=1.0, seed=0) == ["c0"]
     finally:
         api.close()
+
+
+@needs_server
+def test_a_server_that_cannot_start_fails_with_its_log(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)  # a header and nothing else
+    server = ls.LlamaServer(bad, parallel=1, ctx_per_slot=256, threads=1, startup_timeout_s=60)
+    try:
+        with pytest.raises(ls.ServerError, match=r"exited with status .* while starting.*Last lines of its log"):
+            server.start()
+        assert server.log_path.is_file() and "broken.gguf" in server.log_tail()
+        with pytest.raises(ls.ServerError):  # failed for good: no silent second start
+            server.start()
+    finally:
+        server.close()
+    assert _server_pids(bad) == []
+    server.log_path.unlink(missing_ok=True)
+
+
+@needs_server
+def test_a_taken_port_is_given_up_for_a_free_one(tiny_gguf):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server = ls.LlamaServer(tiny_gguf, parallel=1, ctx_per_slot=256, threads=1)
+        server.port = taken.getsockname()[1]  # as if another process had grabbed the port first
+        try:
+            server.start()
+            assert server.port != taken.getsockname()[1] and server.healthy()
+            assert "couldn't bind HTTP server socket" in server.log_tail(100)
+        finally:
+            server.close()
+
+
+@needs_server
+def test_server_dies_with_its_parent(tiny_gguf):
+    """SIGKILL the Python process that started a server (no atexit runs): PR_SET_PDEATHSIG still stops it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, threading\n"
+            "from sweet.agents._llama_server import LlamaServer\n"
+            "def start():\n"  # from a short-lived thread: the server must outlive it, and die with the process
+            f"    s.append(LlamaServer({str(tiny_gguf)!r}, parallel=1, ctx_per_slot=256, threads=1).start())\n"
+            "s = []\nt = threading.Thread(target=start); t.start(); t.join()\n"
+            "print(s[0].pid, s[0].log_path, flush=True)\nsys.stdin.read()\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[1])
+    try:
+        pid, log_path = parent.stdout.readline().split()
+        pid = int(pid)
+        time.sleep(0.5)
+        assert _server_pids(tiny_gguf) == [pid]  # alive after the thread that asked for it ended
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 15
+    while _server_pids(tiny_gguf) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _server_pids(tiny_gguf) == []
+    Path(log_path).unlink(missing_ok=True)  # nobody closed that server: its log stayed

@@ -113,3 +113,15 @@ def test_interrupted_stage_continues_its_mlflow_run(tmp_path):
     run = client.get_run(attempts[0])
     assert run.info.status == "FINISHED" and run.data.metrics["n"] == 1
     assert [m.value for m in client.get_metric_history(run.info.run_id, "loss")] == [1.0, 2.0]
+
+
+def test_llamacpp_slot_settings_count_only_when_llamacpp_samples():
+    from sweet.config import load_config
+    from sweet.stages import plan
+
+    base, slots = load_config("micro"), load_config("micro", ["engine.llamacpp_parallel=4"])
+    assert plan(base)["collect_trajectories"] == plan(slots)["collect_trajectories"]
+    llama = load_config("micro", ["engine.backend=llamacpp"])
+    llama_slots = load_config("micro", ["engine.backend=llamacpp", "engine.llamacpp_parallel=4"])
+    assert plan(llama)["collect_trajectories"] != plan(llama_slots)["collect_trajectories"]
+    assert plan(llama)["generate_tasks"] == plan(llama_slots)["generate_tasks"]  # no rollout there

@@ -196,10 +196,13 @@ class LlamaServer:
     def start(self) -> "LlamaServer":
         """Start the server and wait until /health answers ok; a no-op while it runs."""
         with self._lock:
-            if self._closed:
-                raise ServerError(f"llama-server for {self.model.name} was closed")
+            self.check()
             if not self.alive():
-                self._launch(prefer_port=self.port)
+                try:
+                    self._launch(prefer_port=self.port)
+                except ServerError as e:
+                    self.failure = str(e)  # and its log is kept: the message names it
+                    raise
         return self
 
     def alive(self) -> bool:
@@ -232,7 +235,8 @@ class LlamaServer:
                          self.ctx_per_slot, self.threads)
                 return
             tail = self.log_tail()
-            if "bind" in tail.lower() and "port" in tail.lower() and attempt < 2:  # lost the port to a race
+            if f"couldn't bind HTTP server socket, hostname: {self.host}, port: {port}" in tail and attempt < 2:
+                # the port was taken between free_port() and the server's bind: try another
                 port = 0
                 continue
             hint = ""

@@ -23,7 +23,11 @@ the reference model stay in torch (transformers), on the same weights the GGUF w
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -54,7 +58,6 @@ def gguf_for(ref: str, models_dir: str | Path | None = None) -> Path | None:
             return found[0].resolve()
         marker = path / models.MARKER
         if marker.is_file():  # a folder sweet converted from a built-in GGUF: serve that very GGUF
-            import json
             meta = json.loads(marker.read_text())
             spec = models.builtin_spec(meta.get("hf_id", ""))
             if spec is not None and meta.get("gguf_sha256") != spec.sha256:
@@ -64,18 +67,29 @@ def gguf_for(ref: str, models_dir: str | Path | None = None) -> Path | None:
     spec = spec or models.builtin_spec(ref)
     if spec is None:
         return None
-    root = Path(models_dir or "artifacts/models").absolute() / "gguf"
+    root = Path(models_dir or os.environ.get("SWEET_MODELS_DIR") or "artifacts/models").absolute() / "gguf"
     target = root / spec.gguf_name
     if target.is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
-    with models._file_lock(root / f".{spec.short}.lock"):
+    with _file_lock(root / f".{spec.short}.lock"):
         if not target.is_file():  # another process may have fetched it while we waited
             with tempfile.TemporaryDirectory(dir=root, prefix=f".fetch-{spec.short}-") as tmp:
                 fetched = models.fetch_gguf(spec, tmp)  # verifies the pinned sha256
                 shutil.move(str(fetched), str(target.with_suffix(".part")))
                 target.with_suffix(".part").rename(target)
     return target
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """One process at a time fetches a GGUF (others wait, then find it there)."""
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 # ------------------------------------------------------------------------------------------------ shared servers

@@ -60,7 +60,9 @@ SINGLE_TURN_PROMPT = (
     f"Start your answer with the line {ANSWER_MARK} followed by the function in a ```python block, and nothing "
     "after it.\n\nTask:\n{problem}"
 )
-MODES = ("multi_turn", "single_turn")
+# The calibration's ceiling: single-turn with the hidden decisions written into the task (what asking could learn).
+ORACLE_NOTE = "\n\nThe user has already told you these details:\n{decisions}"
+MODES = ("multi_turn", "single_turn", "oracle")
 # Errors of episodes that ended because a generation finally failed (API client); counted as "API failures".
 GENERATION_FAILED = ("agent failed:", "simulator failed:")
 MAX_TURNS = 10  # the paper's protocol: after 10 agent turns the last response is the answer
@@ -89,10 +91,18 @@ class Episode:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {MODES}")
         if not 1 <= self.max_turns <= MAX_TURNS:
             raise ValueError(f"max_turns must be between 1 and {MAX_TURNS} (the ColBench protocol), got {self.max_turns}")
-        if self.mode == "single_turn":
+        if self.mode in ("single_turn", "oracle"):
             self.max_turns = 1
         if not self.messages:
-            if self.mode == "single_turn":
+            if self.mode == "oracle":
+                decisions = getattr(self.task, "decisions", None)
+                if not decisions:
+                    raise ValueError(f"task {self.task.task_id}: mode 'oracle' needs the task's hidden decisions in "
+                                     "plain words (the `decisions` field, as in the lite tier)")
+                problem = self.task.problem_description + ORACLE_NOTE.format(
+                    decisions="\n".join(f"- {d}" for d in decisions))
+                prompt = self.SINGLE_PROMPT.format(problem=problem)
+            elif self.mode == "single_turn":
                 prompt = self.SINGLE_PROMPT.format(problem=self.task.problem_description)
             else:
                 prompt = self.PROMPT.format(max_turns=self.max_turns, problem=self.task.problem_description)

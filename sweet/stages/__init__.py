@@ -18,7 +18,8 @@ from sweet.stages.pairs import build_preference_pairs
 # The frontend section only counts in a frontend run's fingerprints (see `pipeline.config_slice`).
 _FAMILY = ("task_family", "frontend")
 # vLLM samples differently from transformers (another RNG, other kernels): the backend is part of a rollout's identity.
-_ENGINE = ("engine.backend",)
+# llama.cpp's slots batch requests together and cut each conversation at its slot's context: counted when it runs.
+_ENGINE = ("engine.backend", "engine.llamacpp_parallel", "engine.llamacpp_ctx_per_slot")
 # How training is spread (counted only when launched: see `pipeline.COUNTS_ONLY_IF`): processes x per-device batch x
 # grad_accum is the global batch, and ZeRO-3/FSDP set the precision.
 _LAUNCH = ("engine.launcher", "engine.accelerate_config", "engine.num_processes")

@@ -1,0 +1,127 @@
+"""A TRAINED critic ranks final answers the way SWEET-RL needs: given c (the reference solution), the reference
+solution as the final answer scores above a wrong answer and above a prose reply with no code, on tasks it was not
+trained on.
+
+The critic is the real SmolLM2-135M-Instruct (converted into artifacts/models; the test is skipped without it),
+LoRA-trained with the `micro` profile's critic settings (lr 2e-4, beta 1, batch 2, 1 epoch, paper variant) on hand-built
+pairs over the bundled "easy" train tasks: chosen = the reference answer in the answer protocol, rejected = a
+plausible wrong function or prose that restates the task. Checked on the two held-out easy tasks, in a 1-turn and a
+2-turn dialogue. Why hand-built pairs: the stored micro run trained its critic on 2 pairs of one task (one
+optimizer step) from SmolLM2's own noisy trajectories, and that critic scores the reference answer BELOW a wrong
+answer and prose on every task; 4 clean pairs (2 steps) already give the right order on held-out tasks but with a
+reference-vs-wrong margin of only ~0.02-0.03 nats/token, so this test uses 12 (6 steps) for a margin that is not
+noise. On 2 idle cores it trains in ~1-2 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sweet.algos import critic as C
+from sweet.colbench.backend import LAST_TURN_NOTE, Episode
+from sweet.config import CriticConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOLLM2 = ROOT / "artifacts/models/smollm2-135m-instruct"
+EASY = ROOT / "sweet/colbench/data/easy_tasks.jsonl"
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (SMOLLM2 / "config.json").exists(), reason="SmolLM2-135M not converted")]
+
+# A plausible wrong body per easy task (same signature, runs, fails the tests).
+WRONG_BODY = {"ez-01": "return a - b", "ez-02": "return -x", "ez-03": "return min(a, b, c)", "ez-04": "return x * 2",
+              "ez-05": "return n % 2 == 1", "ez-06": "return s", "ez-07": "return x + 2", "ez-08": "return len(s)"}
+TRAIN = ("ez-01", "ez-02", "ez-03", "ez-04", "ez-06", "ez-08")
+HELD_OUT = ("ez-05", "ez-07")
+
+
+def tasks() -> dict[str, dict]:
+    return {r["task_id"]: r for r in map(json.loads, EASY.read_text().splitlines())}
+
+
+def answer(code: str) -> str:
+    return f"I WANT TO ANSWER:\n```python\n{code.strip()}\n```"
+
+
+def finals(task: dict) -> dict[str, str]:
+    """The three final answers compared: the reference, a wrong function, prose restating the task (no code)."""
+    signature = task["ground_truth"].splitlines()[0]
+    return {"reference": answer(task["ground_truth"]),
+            "wrong": answer(f"{signature}\n    {WRONG_BODY[task['task_id']]}"),
+            "prose": f"The task description is:\n\n{task['problem_description']}\n\nThe function is a simple function "
+                     "that takes the input and returns the result."}
+
+
+def history(task: dict, turns: int) -> list[dict]:
+    """The agent's prompt as collection writes it; with 2 turns, one question and the simulator's reply first."""
+    prompt = Episode.PROMPT.format(max_turns=turns, problem=task["problem_description"])
+    if turns == 1:
+        return [{"role": "user", "content": prompt + LAST_TURN_NOTE}]
+    return [{"role": "user", "content": prompt},
+            {"role": "assistant", "content": "What should the function return for invalid input?"},
+            {"role": "user", "content": "Just follow the description." + LAST_TURN_NOTE}]
+
+
+def pairs(all_tasks: dict) -> list[dict]:
+    """12 pairs: each train task once against its wrong answer, once against prose; 1- and 2-turn dialogues."""
+    out = []
+    for i, tid in enumerate(TRAIN):
+        t = all_tasks[tid]
+        f = finals(t)
+        for j, bad in enumerate(("wrong", "prose")):
+            h = history(t, 1 + (i + j) % 2)
+            out.append({"chosen": h + [{"role": "assistant", "content": f["reference"]}],
+                        "rejected": h + [{"role": "assistant", "content": f[bad]}],
+                        "training_info": t["ground_truth"]})
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained_critic(tmp_path_factory):
+    all_tasks = tasks()
+    # The micro profile's critic settings (profiles.PROFILES["micro"]["critic"] over CriticConfig's defaults).
+    cfg = CriticConfig(epochs=1, max_length=384, save_steps=100)
+    out = C.train_critic(pairs(all_tasks), str(SMOLLM2), tmp_path_factory.mktemp("critic"), cfg, device="cpu")
+    model, tok = C.load_critic(out, "cpu")
+    return model, tok, all_tasks
+
+
+def test_untrained_critic_is_indifferent(trained_critic):
+    """Baseline: with the adapter off the advantage is exactly 0 for every answer (pi_theta = pi_ref), so whatever
+    order the trained critic gives below was learned from the pairs."""
+    model, tok, all_tasks = trained_critic
+    t = all_tasks[HELD_OUT[0]]
+    from sweet.algos.critic import _candidate_logps
+    from sweet.algos.dialogue import with_training_info
+    hist = with_training_info(history(t, 1), t["ground_truth"])
+    with model.disable_adapter():
+        a = _candidate_logps(model, tok, hist, list(finals(t).values()), True, None)
+        b = _candidate_logps(model, tok, hist, list(finals(t).values()), True, None)
+    assert all((x - y).abs().max().item() == 0.0 for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("turns", [1, 2])
+@pytest.mark.parametrize("task_id", HELD_OUT)
+def test_reference_answer_outranks_wrong_and_prose_on_held_out_tasks(trained_critic, task_id, turns):
+    model, tok, all_tasks = trained_critic
+    t = all_tasks[task_id]
+    f = finals(t)
+    s = dict(zip(f, C.score_candidates(model, tok, history(t, turns), list(f.values()), t["ground_truth"])))
+    assert s["reference"] > s["wrong"] + 0.02, s  # a margin above the noise of an untrained-looking critic
+    assert s["reference"] > s["prose"] + 0.02, s
+    assert s["wrong"] > s["prose"], s  # code of the right shape beats prose that restates the task
+
+
+def test_ranking_uses_c_not_only_the_answer_shape(trained_critic):
+    """Swap c: given ANOTHER task's reference, the held-out task's own reference answer loses most of its lead over
+    the wrong answer -- the critic reads c, it did not just learn 'fenced code is good'."""
+    model, tok, all_tasks = trained_critic
+    t = all_tasks["ez-07"]
+    f = finals(t)
+    right = C.score_candidates(model, tok, history(t, 1), [f["reference"], f["wrong"]], t["ground_truth"])
+    other = C.score_candidates(model, tok, history(t, 1), [f["reference"], f["wrong"]],
+                               all_tasks["ez-05"]["ground_truth"])
+    assert right[0] - right[1] > other[0] - other[1], (right, other)
