@@ -1,16 +1,18 @@
-"""A TRAINED critic ranks final answers the way SWEET-RL needs: given c (the reference solution), the reference
-solution as the final answer scores above a wrong answer and above a prose reply with no code, on tasks it was not
-trained on.
+"""Critic ranking, checked on trained critics.
 
-The critic is the real SmolLM2-135M-Instruct (converted into artifacts/models; the test is skipped without it),
-LoRA-trained with the `micro` profile's critic settings (lr 2e-4, beta 1, batch 2, 1 epoch, paper variant) on hand-built
-pairs over the bundled "easy" train tasks: chosen = the reference answer in the answer protocol, rejected = a
-plausible wrong function or prose that restates the task. Checked on the two held-out easy tasks, in a 1-turn and a
-2-turn dialogue. Why hand-built pairs: the stored micro run trained its critic on 2 pairs of one task (one
-optimizer step) from SmolLM2's own noisy trajectories, and that critic scores the reference answer BELOW a wrong
-answer and prose on every task; 4 clean pairs (2 steps) already give the right order on held-out tasks but with a
-reference-vs-wrong margin of only ~0.02-0.03 nats/token, so this test uses 12 (6 steps) for a margin that is not
-noise. On 2 idle cores it trains in ~1-2 minutes.
+Fast (tiny Qwen2): candidate ranking reads exactly the quantity the critic's BT loss trains (per-turn mean token
+log-ratio, reference given c), so "chosen pushed up" means "ranked up".
+
+Slow (the real SmolLM2-135M-Instruct, converted into artifacts/models; skipped without it): a critic LoRA-trained
+with the `micro` profile's critic settings (lr 2e-4, beta 1, batch 2, 1 epoch, paper variant) on 12 hand-built pairs
+over the bundled "easy" train tasks (chosen = the reference answer in the answer protocol, rejected = a plausible
+wrong function or prose restating the task) ranks, given c, the reference answer above a wrong answer and above
+prose on the two held-out easy tasks, in 1- and 2-turn dialogues. Measured: reference ~0.12-0.19, wrong
+~0.05-0.11, prose ~-0.16..-0.19 nats/token; with another task's c the reference loses its lead. Why hand-built
+pairs: the stored micro run's critic saw 2 pairs of one task (one optimizer step) of SmolLM2's own noisy
+trajectories and scores the reference answer BELOW a wrong answer and prose on every task; 4 clean pairs (2 steps)
+already order held-out answers right but with a reference-vs-wrong margin of only ~0.02-0.03, hence 12 (6 steps).
+Training takes ~2.5 min on 2 busy cores.
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from sweet.algos import critic as C
+from sweet.algos.losses import turn_advantages
 from sweet.colbench.backend import LAST_TURN_NOTE, Episode
 from sweet.config import CriticConfig
+from tests.test_algos import critic_model, dialogue, save_tiny_qwen2
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOLLM2 = ROOT / "artifacts/models/smollm2-135m-instruct"
 EASY = ROOT / "sweet/colbench/data/easy_tasks.jsonl"
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not (SMOLLM2 / "config.json").exists(), reason="SmolLM2-135M not converted")]
+needs_smollm2 = pytest.mark.skipif(not (SMOLLM2 / "config.json").exists(), reason="SmolLM2-135M not converted")
 
 # A plausible wrong body per easy task (same signature, runs, fails the tests).
 WRONG_BODY = {"ez-01": "return a - b", "ez-02": "return -x", "ez-03": "return min(a, b, c)", "ez-04": "return x * 2",
@@ -80,6 +84,33 @@ def pairs(all_tasks: dict) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> str:
+    return save_tiny_qwen2(tmp_path_factory.mktemp("tiny_qwen2"))
+
+
+def test_ranking_reads_the_quantity_training_pushes(tiny_model_dir):
+    """What the BT loss raises for tau+ (paper variant: each turn's mean token log-ratio, reference given c) is what
+    candidate ranking reads: a trajectory's turn scored as a candidate after its own history equals that turn's
+    advantage in the training forward, for chosen and rejected alike, so chosen-up means ranked-up."""
+    model, tok = critic_model(tiny_model_dir, perturb=True)
+    pair = {"chosen": dialogue(3), "rejected": dialogue(2, "What types?"), "training_info": "def add(a, b): ..."}
+    batch = C.collate_pairs([C.encode_pair(tok, pair, CriticConfig())], tok.pad_token_id)
+    target = batch["turn_ids"] >= 0
+    with torch.no_grad():
+        lp = C.token_logps(model, batch["input_ids"], batch["attention_mask"], target)
+        with model.disable_adapter():
+            ref = C.token_logps(model, batch["input_ids"], batch["attention_mask"], target)
+    adv = turn_advantages((lp - ref) * target, batch["turn_ids"], int(batch["turn_ids"].max()) + 1)
+    for row, side in enumerate(("chosen", "rejected")):
+        msgs = pair[side]
+        turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+        for k, i in enumerate(turns):
+            ranked = C.score_candidates(model, tok, msgs[:i], [msgs[i]["content"]], pair["training_info"])[0]
+            assert ranked == pytest.approx(adv[row, k].item(), abs=1e-5), (side, k)
+    assert adv[0].abs().sum() > 0  # non-trivial: the perturbed adapter gives non-zero advantages
+
+
+@pytest.fixture(scope="module")
 def trained_critic(tmp_path_factory):
     all_tasks = tasks()
     # The micro profile's critic settings (profiles.PROFILES["micro"]["critic"] over CriticConfig's defaults).
@@ -89,22 +120,10 @@ def trained_critic(tmp_path_factory):
     return model, tok, all_tasks
 
 
-def test_untrained_critic_is_indifferent(trained_critic):
-    """Baseline: with the adapter off the advantage is exactly 0 for every answer (pi_theta = pi_ref), so whatever
-    order the trained critic gives below was learned from the pairs."""
-    model, tok, all_tasks = trained_critic
-    t = all_tasks[HELD_OUT[0]]
-    from sweet.algos.critic import _candidate_logps
-    from sweet.algos.dialogue import with_training_info
-    hist = with_training_info(history(t, 1), t["ground_truth"])
-    with model.disable_adapter():
-        a = _candidate_logps(model, tok, hist, list(finals(t).values()), True, None)
-        b = _candidate_logps(model, tok, hist, list(finals(t).values()), True, None)
-    assert all((x - y).abs().max().item() == 0.0 for x, y in zip(a, b))
-
-
 @pytest.mark.parametrize("turns", [1, 2])
 @pytest.mark.parametrize("task_id", HELD_OUT)
+@pytest.mark.slow
+@needs_smollm2
 def test_reference_answer_outranks_wrong_and_prose_on_held_out_tasks(trained_critic, task_id, turns):
     model, tok, all_tasks = trained_critic
     t = all_tasks[task_id]
@@ -115,9 +134,11 @@ def test_reference_answer_outranks_wrong_and_prose_on_held_out_tasks(trained_cri
     assert s["wrong"] > s["prose"], s  # code of the right shape beats prose that restates the task
 
 
+@pytest.mark.slow
+@needs_smollm2
 def test_ranking_uses_c_not_only_the_answer_shape(trained_critic):
-    """Swap c: given ANOTHER task's reference, the held-out task's own reference answer loses most of its lead over
-    the wrong answer -- the critic reads c, it did not just learn 'fenced code is good'."""
+    """Swap c: given ANOTHER task's reference, the held-out task's own reference answer keeps less of its lead over the
+    wrong answer (measured: it loses it) -- the critic reads c, it did not just learn 'fenced code is good'."""
     model, tok, all_tasks = trained_critic
     t = all_tasks["ez-07"]
     f = finals(t)
