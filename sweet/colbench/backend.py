@@ -42,7 +42,9 @@ SIM_SYSTEM = (
 )
 # Tasks that state their hidden values in plain words (`Task.decisions`, the lite tier) list them after the code: a
 # 0.5B simulator misreads code it is shown (asked the fine for 3 days late on `0.25 * days` capped at 5 it said
-# "$0.00"), but repeats a stated value reliably. Tasks without decisions get SIM_SYSTEM alone, unchanged.
+# "$0.00"), but repeats a stated value: on 72 scripted questions about 40 lite train tasks it stated the asked value
+# in 94% of replies with the decisions listed, 72% with the code alone (scripts/simulator_accuracy.py). Tasks
+# without decisions get SIM_SYSTEM alone, unchanged.
 SIM_DECISIONS = (
     "\n\nWhat you want, in plain words (the same rules as your code; give these exact values when the agent asks "
     "about them):\n{decisions}"

@@ -16,6 +16,7 @@ from sweet import tracking
 from sweet.colbench.backend import GENERATION_FAILED
 from sweet.config import METHODS
 from sweet.pipeline import config_slice
+from sweet.stats import paired_bootstrap, per_task_mean
 from sweet.store import loads, read_rows, write_rows
 
 
@@ -42,7 +43,21 @@ def summarize(rows: list[dict]) -> dict:
                 "no_page": sum((x.get("error") or "").startswith("no page") for x in rows), "failed": failed}
     return {"n": n, "tests_passed": 100 * statistics.fmean(r) if n else 0.0, "tests_passed_ci": 100 * _half(r) if n else 0.0,
             "success_rate": 100 * statistics.fmean(s) if n else 0.0, "success_ci": 100 * _half(s) if n else 0.0,
-            "mean_turns": statistics.fmean(x["n_turns"] for x in rows) if n else 0.0, "failed": failed}
+            "mean_turns": statistics.fmean(x["n_turns"] for x in rows) if n else 0.0, "failed": failed,
+            # Behaviour: share of episodes with at least one turn before the answer (a question), answer length.
+            "asked_rate": 100 * statistics.fmean(x["n_turns"] > 1 for x in rows) if n else 0.0,
+            "answer_chars": statistics.fmean(len(x.get("answer") or "") for x in rows) if n else 0.0}
+
+
+def paired_with(group: list[dict], base: list[dict], seed: int = 0) -> dict:
+    """A system against the baseline on the same tasks: per task, the mean over its samples; then the mean
+    difference with a bootstrap 95% interval over tasks, for % tests passed and for success rate."""
+    out = {"paired_tasks": 0}
+    for key, name in (("reward", "tests_passed"), ("success", "success")):
+        d = paired_bootstrap(per_task_mean(group, key), per_task_mean(base, key), seed=seed)
+        out |= {f"delta_{name}": 100 * d["diff"], f"delta_{name}_lo": 100 * d["lo"],
+                f"delta_{name}_hi": 100 * d["hi"], "paired_tasks": d["n_tasks"]}
+    return out
 
 
 def summarize_by_method(rows: list[dict], baseline: str = "zero_shot") -> dict[str, dict]:
@@ -55,6 +70,8 @@ def summarize_by_method(rows: list[dict], baseline: str = "zero_shot") -> dict[s
     for key, group in groups.items():
         method, _, mode = key.partition("/")
         base = groups.get(f"{baseline}/{mode}")
+        if base and method != baseline and not is_frontend(group):
+            out[key] |= paired_with(group, base) | {"baseline": baseline}
         if is_frontend(group) and base and method != baseline:
             from sweet.colbench.similarity import win_rate
             w = win_rate(_by_task(group), _by_task(base))
@@ -80,7 +97,33 @@ def results_table(summaries: dict[str, dict]) -> str:
         lines.append(f"| {system} | {mode or 'multi_turn'} | {m['tests_passed']:.1f} ± {m['tests_passed_ci']:.1f} | "
                      f"{m['success_rate']:.1f} ± {m['success_ci']:.1f} | {m['mean_turns']:.2f} | {m['n']} | "
                      f"{m['failed']} |")
-    return "\n".join(lines) + "\n\n(± is a 95% interval over episodes.)\n"
+    return "\n".join(lines) + "\n\n(± is a 95% interval over episodes.)\n" + paired_table(summaries)
+
+
+def paired_table(summaries: dict[str, dict]) -> str:
+    """Each system minus the baseline on the same tasks (bootstrap 95% interval over tasks), and how it behaves."""
+    rows = [(k, m) for k, m in summaries.items() if "delta_tests_passed" in m]
+    if not rows:
+        return ""
+    base = rows[0][1]["baseline"]
+    lines = [f"\n| method | mode | Δ % tests passed vs {base} | Δ success rate vs {base} | tasks paired | "
+             "asked (% episodes) | mean turns | answer chars |", "|---|---|---|---|---|---|---|---|"]
+    for key, m in summaries.items():
+        system, _, mode = key.partition("/")
+        if "delta_tests_passed" in m:
+            tp = f"{m['delta_tests_passed']:+.1f} [{m['delta_tests_passed_lo']:+.1f}, {m['delta_tests_passed_hi']:+.1f}]"
+            sr = f"{m['delta_success']:+.1f} [{m['delta_success_lo']:+.1f}, {m['delta_success_hi']:+.1f}]"
+            paired = str(m["paired_tasks"])
+        elif system == base:
+            tp = sr = "(baseline)"
+            paired = "—"
+        else:
+            continue
+        lines.append(f"| {system} | {mode or 'multi_turn'} | {tp} | {sr} | {paired} | {m.get('asked_rate', 0):.1f} | "
+                     f"{m['mean_turns']:.2f} | {m.get('answer_chars', 0):.0f} |")
+    return "\n".join(lines) + ("\n\n(Δ = mean over held-out tasks of the system's per-task mean minus the baseline's, in "
+                              "points; [95% bootstrap interval over tasks]. An interval that excludes 0 is a difference "
+                              "the data can tell.)\n")
 
 
 def frontend_table(summaries: dict[str, dict]) -> str:

@@ -1,0 +1,33 @@
+"""results.md pairs every system with zero_shot on the same tasks (bootstrap interval over tasks) and reports how
+each behaves (asks, turns, answer length); the numbers also reach the flat metrics logged to MLflow."""
+
+from sweet.stages.report import results_table, summarize_by_method
+
+
+def _row(method, task, sample, reward, turns, answer="def f(x):\n    return x"):
+    return {"method": method, "mode": "multi_turn", "task_id": task, "sample_idx": sample, "reward": reward,
+            "success": reward == 1.0, "n_turns": turns, "answer": answer, "error": None, "metric": "tests passed"}
+
+
+def test_paired_table_and_behaviour():
+    rows = []
+    for i in range(8):
+        for s in range(3):
+            rows.append(_row("zero_shot", f"t{i}", s, 0.2 if s else 0.0, 1, answer="x" * 10))
+            rows.append(_row("sweet", f"t{i}", s, 1.0 if i < 6 else 0.2, 2, answer="x" * 30))
+    summaries = summarize_by_method(rows)
+    sw = summaries["sweet/multi_turn"]
+    # per task: zero_shot 0.133 (0, .2, .2); sweet 1.0 on 6 tasks, 0.2 on 2 -> mean diff = (6*0.867 + 2*0.067)/8
+    assert abs(sw["delta_tests_passed"] - 100 * (6 * (1 - 0.4 / 3) + 2 * (0.2 - 0.4 / 3)) / 8) < 1e-9
+    assert 0 < sw["delta_tests_passed_lo"] < sw["delta_tests_passed"] < sw["delta_tests_passed_hi"]
+    assert sw["delta_success"] == 75.0 and sw["paired_tasks"] == 8
+    assert sw["asked_rate"] == 100.0 and summaries["zero_shot/multi_turn"]["asked_rate"] == 0.0
+    assert sw["answer_chars"] == 30.0 and "delta_tests_passed" not in summaries["zero_shot/multi_turn"]
+    table = results_table(summaries)
+    assert "| sweet | multi_turn | +" in table and "| zero_shot | multi_turn | (baseline) |" in table
+    assert "Δ success rate vs zero_shot" in table and "| 8 | 100.0 | 2.00 | 30 |" in table
+
+
+def test_without_a_baseline_row_there_is_no_paired_table():
+    rows = [_row("sweet", "t0", 0, 1.0, 1)]
+    assert "Δ" not in results_table(summarize_by_method(rows))
