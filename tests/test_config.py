@@ -93,3 +93,17 @@ def test_frontend_settings_do_not_touch_backend_fingerprints():
     f1 = plan(load_config("tiny", ["task_family=frontend"]))
     f2 = plan(load_config("tiny", ["task_family=frontend", "frontend.simulator=api:qwen-vl"]))
     assert f1["generate_tasks"] == f2["generate_tasks"] and f1["collect_trajectories"] != f2["collect_trajectories"]
+
+
+def test_laptop_profile_runs_the_lite_tier_with_room_to_learn():
+    from sweet.colbench.sources import load_tasks
+
+    cfg = load_config("laptop")
+    tasks = load_tasks(cfg.tasks.source)
+    assert cfg.experiment == "laptop" and cfg.tasks.source == "bundled:lite"
+    assert cfg.tasks.n_train <= sum(t.split == "train" for t in tasks)
+    assert cfg.tasks.n_test == sum(t.split == "test" for t in tasks) == 50  # every held-out task
+    assert cfg.collect.max_turns >= 3 and cfg.collect.k >= 8 and cfg.collect.temperature > 0
+    assert cfg.evaluate.n_samples * cfg.tasks.n_test >= 200 and cfg.evaluate.temperature == cfg.collect.temperature
+    # candidates long enough to hold a whole answer (the micro diagnosis: cut-off candidates teach prose)
+    assert cfg.candidates.max_new_tokens >= cfg.collect.max_new_tokens

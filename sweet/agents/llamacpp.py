@@ -97,13 +97,22 @@ _SERVERS: dict[tuple, list] = {}  # key -> [LlamaServer, users]
 _SERVERS_LOCK = threading.Lock()
 
 
-def _acquire(gguf: Path, engine) -> tuple[tuple, LlamaServer]:
-    key = (str(gguf), engine.llamacpp_parallel, engine.llamacpp_ctx_per_slot, engine.llamacpp_threads)
+def _acquire(gguf: Path, engine, adapter: Path | None = None) -> tuple[tuple, LlamaServer]:
+    """A running server for `gguf` (and `adapter`, a GGUF LoRA) with the engine's settings: one this process already
+    runs when it serves what is asked (a base-model request goes to any server of that model, adapters or not),
+    else a new one. Reference-counted: `_release` stops it when its last user lets go."""
+    base = (str(gguf), engine.llamacpp_parallel, engine.llamacpp_ctx_per_slot, engine.llamacpp_threads)
     with _SERVERS_LOCK:
-        entry = _SERVERS.get(key)
-        if entry is None or entry[0].failure is not None:
+        key = entry = None
+        for k, e in _SERVERS.items():
+            if k[:4] == base and e[0].failure is None and e[0].serves(adapter):
+                key, entry = k, e
+                break
+        if entry is None:
+            key = base + ((str(adapter),) if adapter is not None else ())
             server = LlamaServer(gguf, parallel=engine.llamacpp_parallel, ctx_per_slot=engine.llamacpp_ctx_per_slot,
-                                 threads=engine.llamacpp_threads, startup_timeout_s=engine.llamacpp_startup_timeout_s)
+                                 threads=engine.llamacpp_threads, startup_timeout_s=engine.llamacpp_startup_timeout_s,
+                                 loras=[adapter] if adapter is not None else ())
             entry = _SERVERS[key] = [server, 0]
         entry[1] += 1
     try:
@@ -131,13 +140,20 @@ class LlamaCppChat:
     device = "cpu"
 
     def __init__(self, server: LlamaServer, *, name: str, batch_size: int = 16, request_timeout_s: float = 900.0,
-                 seed: int = 0, key: tuple | None = None):
+                 seed: int = 0, key: tuple | None = None, adapter: str | Path | None = None):
+        """`adapter`: one of the server's GGUF LoRA adapters, applied to every request of this backend; None = the
+        base model (on a server with adapters, every request then sets all their scales to 0)."""
         from sweet.agents.api import ChatAPI
 
         self.server, self.name, self.batch_size, self._key = server, name, int(batch_size), key
+        self.adapter = Path(adapter) if adapter is not None else None
+        body = dict(SAMPLING)
+        lora = server.lora_field(self.adapter)
+        if lora is not None:
+            body["lora"] = lora
         self.api = ChatAPI(server.model.stem, server.base_url, api_key="none", concurrency=server.parallel,
                            timeout_s=request_timeout_s, max_retries=2, backoff_s=0.5, name=f"llamacpp:{name}",
-                           batch_size=batch_size, extra_body=SAMPLING, max_n=server.parallel, recover=server.recover)
+                           batch_size=batch_size, extra_body=body, max_n=server.parallel, recover=server.recover)
         self._seed, self._calls, self._closed = int(seed), 0, False
         self._lock = threading.Lock()
 

@@ -120,7 +120,10 @@ def evaluate_models(cfg, agents: list[str], *, actors: list[str] = (), split: st
         tracking.log_params(cfg, run_id, {"eval.systems": ",".join(systems), "eval.split": split,
                                           "eval.n_tasks": len(tasks)})
     rows = run_systems(cfg, out, tasks, systems)
-    metrics = write_report(cfg, out, rows, run_id)
+    # Backend: the first system given is the one the others are paired with (e.g. the base policy, then its trained
+    # actor). Frontend: win rates stay against `frontend.win_rate_baseline`, as configured.
+    first = next(iter(systems)) if cfg.task_family == "backend" else None
+    metrics = write_report(cfg, out, rows, run_id, baseline=first)
     tracking.log_metrics(cfg, run_id, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
     tracking.end_run(cfg, run_id)
     return out, metrics

@@ -183,11 +183,12 @@ def plot_name(summaries: dict[str, dict]) -> str:
     return "similarity.png" if any("similarity" in m for m in summaries.values()) else "tests_passed.png"
 
 
-def write_report(cfg, out: Path, rows: list[dict], run_id: str | None) -> dict:
+def write_report(cfg, out: Path, rows: list[dict], run_id: str | None, baseline: str | None = None) -> dict:
     """eval_results.parquet, the table (results.md), dialogues and chart on disk and in MLflow; returns the flat
-    metrics ("<method>/<mode>/<name>")."""
+    metrics ("<method>/<mode>/<name>"). Systems are paired with `baseline` (default: the frontend's win-rate
+    baseline setting, `zero_shot` unless changed)."""
     write_rows(rows, out / "eval_results.parquet")
-    summaries = summarize_by_method(rows, cfg.frontend.win_rate_baseline)
+    summaries = summarize_by_method(rows, baseline or cfg.frontend.win_rate_baseline)
     table = results_table(summaries)
     (out / "results.md").write_text(table)
     (out / "dialogues.md").write_text(dialogue_sample(rows))
