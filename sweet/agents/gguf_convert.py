@@ -167,10 +167,34 @@ def _converter_version(root: Path) -> str:
     return "src-" + digest.hexdigest()[:12]
 
 
+# Runs a script as its own __main__. The converter imports sentencepiece before it looks for a tokenizer.model, also
+# for the byte-level BPE tokenizers (Qwen2, SmolLM2) that have none, where it then goes on to the BPE path: without
+# the package, the missing file is reported first (a model that does need sentencepiece still fails, saying so).
+_RUNNER = """
+import importlib.util, runpy, sys
+root, script = sys.argv[1], sys.argv[2]
+sys.path[:0] = [root, root + "/gguf-py"]
+if importlib.util.find_spec("sentencepiece") is None:
+    try:
+        from conversion import base
+        original = base.TextModel._create_vocab_sentencepiece
+    except (ImportError, AttributeError):
+        original = None
+    if original is not None:
+        def _create_vocab_sentencepiece(self):
+            if not (self.dir_model / "tokenizer.model").is_file():
+                raise FileNotFoundError(f"File not found: {self.dir_model / 'tokenizer.model'}")
+            return original(self)
+        base.TextModel._create_vocab_sentencepiece = _create_vocab_sentencepiece
+sys.argv = [script] + sys.argv[3:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
 def _run(root: Path, script: str, args: list[str], what: str) -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     env.pop("NO_LOCAL_GGUF", None)  # the scripts must import the gguf-py they ship with
-    cmd = [sys.executable, str(root / script), *args]
+    cmd = [sys.executable, "-c", _RUNNER, str(root), str(root / script), *args]
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(root), timeout=3600)
     if proc.returncode != 0:

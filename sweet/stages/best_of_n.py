@@ -15,6 +15,12 @@ class BestOfN:
         self.n, self.temperature, self.flags = n, temperature, flags
         self.name, self.batch_size = f"best_of_{n}({policy.name})", policy.batch_size
 
+    def close(self) -> None:
+        """Release the policy (a llama-server, a vLLM engine) and a critic that holds one; safe to call twice."""
+        from sweet.stages.collect import close_models
+
+        close_models(self.policy, getattr(self.critic, "model", None))
+
     def generate(self, conversations, max_new_tokens, temperature=0.0, seed=None, num_return_sequences=1):
         from sweet.algos.scoring import score_any
 

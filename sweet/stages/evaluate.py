@@ -27,13 +27,23 @@ def run_systems(cfg, out: Path, tasks: list, systems: dict) -> list[dict]:
 
     Rows carry `method` (the system's name) and `mode`; one shard per (method, mode, task, sample).
     """
-    e, fam = cfg.evaluate, family(cfg)
     methods = []
     for name, system in systems.items():
-        models = None
+        methods += [f"{name}/{mode}" for mode in cfg.evaluate.modes]
+        models = _evaluate_system(cfg, out, tasks, name, system)
+        if models:  # a llama-server or vLLM engine is released before the next system loads its own
+            close_models(*models)
+    return [r for m in methods for r in sorted(Shards(out / "shards" / m).read_all(), key=lambda r: r["traj_id"])]
+
+
+def _evaluate_system(cfg, out: Path, tasks: list, name: str, system) -> tuple | None:
+    """Roll out one system's missing episodes in every mode; returns its models (loaded once, on first need; closed
+    here if a rollout fails, else by the caller)."""
+    e, fam = cfg.evaluate, family(cfg)
+    models = None
+    try:
         for mode in e.modes:
             method = f"{name}/{mode}"
-            methods.append(method)
             shards = Shards(out / "shards" / method)
             todo = [fam.episode(t, i, e.max_turns, mode=mode) for t in tasks for i in range(e.n_samples)
                     if not shards.done((t.task_id, i))]
@@ -54,10 +64,11 @@ def run_systems(cfg, out: Path, tasks: list, systems: dict) -> list[dict]:
 
             fam.rollout(todo, *models, max_new_tokens=e.max_new_tokens, sim_max_new_tokens=e.sim_max_new_tokens,
                         temperature=e.temperature, seed=e.seed, on_done=save, desc=f"evaluate {method}")
+    except BaseException:
         if models:
             close_models(*models)
-        del models
-    return [r for m in methods for r in sorted(Shards(out / "shards" / m).read_all(), key=lambda r: r["traj_id"])]
+        raise
+    return models
 
 
 def evaluate(cfg, out: Path, tasks_dir: str, system_dir: str | None = None) -> dict:
