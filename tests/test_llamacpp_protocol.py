@@ -71,6 +71,29 @@ def _common_prefix_tokens(tok, a: str, b: str) -> int:
     return n
 
 
+def _next_token_agreement(server: ls.LlamaServer, hf, convs: list[list[dict]]) -> tuple[list[float], int]:
+    """Per prompt: |llama.cpp's log-prob of its most likely next token - torch's log-prob of that token|, and in how
+    many prompts that token is among torch's 3 most likely. The prompt is sent as the very tokens transformers
+    uses, after checking the server's own chat template gives the same text."""
+    import httpx
+
+    url = f"http://{server.host}:{server.port}"
+    diffs, in_top3 = [], 0
+    with httpx.Client(timeout=120, trust_env=False) as http:
+        for conv in convs:
+            text = hf.prompt_text(conv)
+            assert http.post(f"{url}/apply-template", json={"messages": conv}).json()["prompt"] == text
+            ids = hf.tokenizer(text, add_special_tokens=False)["input_ids"]
+            r = http.post(f"{url}/completion", json={"prompt": ids, "n_predict": 1, "n_probs": 1,
+                                                     "temperature": 0, "cache_prompt": False}).json()
+            best = r["completion_probabilities"][0]["top_logprobs"][0]
+            with torch.no_grad():
+                logp = torch.log_softmax(hf.model(torch.tensor([ids])).logits[0, -1].float(), -1)
+            diffs.append(abs(logp[best["id"]].item() - best["logprob"]))
+            in_top3 += best["id"] in torch.topk(logp, 3).indices.tolist()
+    return diffs, in_top3
+
+
 def test_greedy_dialogues_of_the_micro_protocol(engines, record_property):
     from sweet.colbench import backend
 
@@ -94,45 +117,55 @@ def test_greedy_dialogues_of_the_micro_protocol(engines, record_property):
     print(f"\ngreedy micro dialogues identical across engines: {same}/{len(pairs)} ({share:.0%}); first agent turn: "
           f"common prefix {prefix} of {lengths} tokens; rewards hf {[a.reward for a, _ in pairs]} llamacpp "
           f"{[b.reward for _, b in pairs]}")
-    # The first 8 tokens of most first turns agree (a broken template or stop handling would make none agree).
-    assert sum(p >= min(8, n) for p, n in zip(prefix, lengths)) >= len(pairs) // 2
     assert all(b.messages[0] == a.messages[0] for a, b in pairs)  # same prompts
+    # What is asserted is what does not hinge on near-ties: the same prompt tokens (the server's chat template), and
+    # next-token log-probs that agree to quantisation noise (measured: 0.01-0.36, mean ~0.1 nats, 2026-12-01).
+    diffs, in_top3 = _next_token_agreement(lc.server, hf, [a.messages for a, _ in pairs])
+    print(f"next-token log-prob |llama.cpp - torch| at llama.cpp's top token: {[round(d, 3) for d in diffs]}; that "
+          f"token in torch's top 3 for {in_top3}/{len(diffs)} prompts")
+    assert statistics.fmean(diffs) < 0.25 and max(diffs) < 0.75 and in_top3 == len(diffs)
 
 
-def _mean_logprob(hf, conv: list[dict], completion: str) -> tuple[float, int]:
-    """Summed log-prob of `completion`'s tokens (plus the end of turn) after `conv`'s generation prompt, under the
-    float32 torch model, and their count."""
+def _logprobs(hf, conv: list[dict], completions: list[str]) -> list[tuple[float, int]]:
+    """(summed log-prob, token count) of each completion's tokens after `conv`'s generation prompt, under the
+    float32 torch model (one right-padded batch)."""
     tok = hf.tokenizer
     p_ids = tok(hf.prompt_text(conv), add_special_tokens=False)["input_ids"]
-    c_ids = tok(completion, add_special_tokens=False)["input_ids"]
-    ids = torch.tensor([p_ids + c_ids])
+    c_ids = [tok(c, add_special_tokens=False)["input_ids"] for c in completions]
+    width = len(p_ids) + max(len(c) for c in c_ids)
+    ids = torch.full((len(c_ids), width), tok.pad_token_id)
+    mask = torch.zeros_like(ids)
+    for i, c in enumerate(c_ids):
+        ids[i, :len(p_ids) + len(c)] = torch.tensor(p_ids + c)
+        mask[i, :len(p_ids) + len(c)] = 1
     with torch.no_grad():
-        logp = torch.log_softmax(hf.model(ids).logits[0, :-1].float(), -1)
-    picked = logp[torch.arange(len(p_ids) - 1, ids.shape[1] - 1), ids[0, len(p_ids):]]
-    return picked.sum().item(), len(c_ids)
+        logp = torch.log_softmax(hf.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float(), -1)
+    out = []
+    for i, c in enumerate(c_ids):
+        pos = torch.arange(len(p_ids) - 1, len(p_ids) - 1 + len(c))
+        out.append((logp[i, pos, torch.tensor(c, dtype=torch.long)].sum().item() if c else 0.0, len(c)))
+    return out
 
 
 def test_samples_at_temperature_one_have_the_same_log_prob_under_torch(engines, record_property):
     hf, lc = engines
-    convs = [e.messages for e in _episodes(8, 1, 2)]
-    n, new = 4, 32
+    convs = [e.messages for e in _episodes(16, 1, 2)]
+    n, new = 16, 32
     stats = {}
     for name, chat in (("hf", hf), ("llamacpp", lc)):
         samples = chat.generate(convs, new, temperature=1.0, seed=7, num_return_sequences=n)
-        total, count, per_seq = 0.0, 0, []
-        for i, s in enumerate(samples):
-            lp, k = _mean_logprob(hf, convs[i // n], s)
-            if k:
-                total, count = total + lp, count + k
-                per_seq.append(lp / k)
+        scored = [x for i, conv in enumerate(convs) for x in _logprobs(hf, conv, samples[i * n:(i + 1) * n])]
+        per_seq = [lp / k for lp, k in scored if k]
+        total, count = sum(lp for lp, _ in scored), sum(k for _, k in scored)
         stats[name] = (total / count, statistics.pstdev(per_seq) / math.sqrt(len(per_seq)), count, len(set(samples)))
     (m_hf, se_hf, c_hf, u_hf), (m_lc, se_lc, c_lc, u_lc) = stats["hf"], stats["llamacpp"]
     record_property("mean_token_logprob", {"hf": m_hf, "llamacpp": m_lc})
     print(f"\nmean per-token log-prob under torch, temperature 1.0, {len(convs)} prompts x {n}: transformers "
           f"{m_hf:.3f} (±{se_hf:.3f}, {c_hf} tokens, {u_hf} distinct) vs llama.cpp {m_lc:.3f} (±{se_lc:.3f}, "
           f"{c_lc} tokens, {u_lc} distinct); difference {m_lc - m_hf:+.3f}")
-    assert u_lc > len(convs) and u_hf > len(convs)  # sampled, not greedy
-    assert abs(m_lc - m_hf) < max(0.35, 4 * math.hypot(se_hf, se_lc))
+    assert u_lc > len(convs) * n // 2 and u_hf > len(convs) * n // 2  # sampled, not greedy
+    # Greedy-like sampling (top-k/top-p left on, temperature ignored) would sit near -0.5 here, far from both.
+    assert abs(m_lc - m_hf) < max(0.3, 3 * math.hypot(se_hf, se_lc))
 
 
 def test_a_full_model_folder_is_converted_and_served(engines, tmp_path, monkeypatch):
@@ -160,8 +193,10 @@ def test_a_full_model_folder_is_converted_and_served(engines, tmp_path, monkeypa
         convs = [e.messages for e in _episodes(4, 1, 2)]
         got, want = chat.generate(convs, 16), hf.generate(convs, 16)
         prefix = [_common_prefix_tokens(hf.tokenizer, a, b) for a, b in zip(got, want)]
-        print(f"\nQ8_0 conversion vs float32 transformers, greedy: common prefix {prefix} tokens of 16")
-        assert sum(p >= 4 for p in prefix) >= len(convs) // 2
+        diffs, in_top3 = _next_token_agreement(chat.server, hf, convs)
+        print(f"\nQ8_0 conversion vs float32 transformers, greedy: common prefix {prefix} tokens of 16; next-token "
+              f"log-prob differences {[round(d, 3) for d in diffs]}, top token in torch's top 3: {in_top3}/4")
+        assert statistics.fmean(diffs) < 0.25 and in_top3 == len(convs)
     finally:
         chat.close()
     assert llamacpp.gguf_for(str(folder), tmp_path / "models", convert=True) == served  # found again by content
