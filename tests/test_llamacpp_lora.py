@@ -270,3 +270,18 @@ def test_sdist_extraction_keeps_only_the_conversion_scripts(tmp_path):
             gguf_convert.converter_dir(tmp_path)
         finally:
             del os.environ[gguf_convert.SRC_ENV]
+
+
+@needs_server
+def test_an_adapter_for_another_model_fails_the_start_with_its_log(tiny, adapter, converter, tmp_path):
+    gguf_path, _ = tiny
+    lora = llamacpp.adapter_gguf(str(gguf_path), adapter, gguf_path, tmp_path / "models")
+    other = write_tiny_gguf(tmp_path / "tiny-llama.gguf", "llama")  # another architecture
+    server = ls.LlamaServer(other, parallel=1, ctx_per_slot=256, threads=1, loras=[lora], startup_timeout_s=60)
+    try:
+        with pytest.raises(ls.ServerError, match=r"(?s)while starting.*Last lines of its log.*lora"):
+            server.start()
+    finally:
+        server.close()
+    assert not server.alive()
+    server.log_path.unlink(missing_ok=True)

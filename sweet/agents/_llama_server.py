@@ -263,11 +263,11 @@ class LlamaServer:
             listed = self._http.get(url).json()
             served = [Path(a["path"]).resolve() for a in sorted(listed, key=lambda a: a["id"])]
             if served != [p.resolve() for p in self.loras]:
-                raise ServerError(f"llama-server for {self.model} lists LoRA adapters {served}, expected "
-                                  f"{self.loras}")
+                raise ValueError(f"it lists the adapters {[str(p) for p in served]}, not "
+                                 f"{[str(p) for p in self.loras]}")
             r = self._http.post(url, json=[{"id": i, "scale": 0.0} for i in range(len(self.loras))])
             r.raise_for_status()
-        except (httpx.HTTPError, ValueError, KeyError) as e:
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
             _stop(self.proc, self.stop_grace_s)
             raise ServerError(f"llama-server for {self.model}: could not set up its LoRA adapters ({e}). Last lines "
                               f"of its log ({self.log_path}):\n{self.log_tail()}") from e
