@@ -17,8 +17,11 @@ def test_every_method_runs_and_joins_one_table(tmp_path, capsys, prefect_api):
     cfg = load_config("micro", sets)
     table = (cfg.root / "results.md").read_text()
     assert table in out
-    rows = [line.split("|")[1].strip() for line in table.splitlines()[2:] if line.startswith("| ")]
+    results, paired = table.split("\n\n| method |")[:2]  # the results table, then the paired one
+    rows = [line.split("|")[1].strip() for line in results.splitlines()[2:] if line.startswith("| ")]
     assert rows == list(METHODS), table  # one row per method, in the paper's order
+    paired_rows = [line.split("|")[1].strip() for line in paired.splitlines()[2:] if line.startswith("| ")]
+    assert paired_rows == list(METHODS), table  # each paired with zero_shot on the same tasks (its own row: baseline)
     cat = Catalog(cfg.root / "catalog.duckdb")
     got = {r["method"]: r["n"] for r in cat.query("SELECT method, count(*) AS n FROM eval_results GROUP BY 1")}
     assert got == {m: cfg.tasks.n_test for m in METHODS}
