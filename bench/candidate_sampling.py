@@ -92,6 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=32, help="candidates.batch_size: sequences per generate call "
                     "(default 32: 2 turns x 16)")
     ap.add_argument("--threads", type=int, default=0, help="threads of both engines (0: every CPU of this process)")
+    ap.add_argument("--llama-args", default="", help="extra llama-server options, e.g. '-fa on' (default: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--modes", default="llamacpp,hf", help="comma-separated: llamacpp, hf (default: %(default)s)")
     args = ap.parse_args(argv)
@@ -122,7 +123,14 @@ def main(argv=None) -> int:
                                                  llamacpp_threads=threads,
                                                  llamacpp_ctx_per_slot=max(256, max(lens) + new + 64)))
         t0 = time.perf_counter()
-        lc = llamacpp.load(args.model, cfg, batch=args.batch_size)
+        if args.llama_args:  # a server of its own with extra llama-server options (tuning experiments)
+            server = ls.LlamaServer(llamacpp.gguf_for(args.model, args.models_dir), parallel=cfg.engine.llamacpp_parallel,
+                                    ctx_per_slot=cfg.engine.llamacpp_ctx_per_slot, threads=threads,
+                                    extra_args=args.llama_args.split()).start()
+            lc = llamacpp.LlamaCppChat(server, name=args.model, batch_size=args.batch_size)
+            lc.close = lambda close=lc.close: (close(), server.close())
+        else:
+            lc = llamacpp.load(args.model, cfg, batch=args.batch_size)
         start = time.perf_counter() - t0
         lc.api.extra_body["ignore_eos"] = True
         print(f"llama.cpp server: {lc.server.model.name}, {lc.server.parallel} slots, started in {start:.1f}s")

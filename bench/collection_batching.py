@@ -85,6 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="llamacpp,hf", help="comma-separated: llamacpp, hf, hf-sequential "
                     "(default: %(default)s)")
     ap.add_argument("--threads", type=int, default=0, help="threads of both engines (0: every CPU of this process)")
+    ap.add_argument("--llama-args", default="", help="extra llama-server options, e.g. '-fa on' (default: none)")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in ("llamacpp", "hf", "hf-sequential")]
@@ -128,7 +129,13 @@ def main(argv=None) -> int:
                              engine=EngineConfig(backend="llamacpp", llamacpp_parallel=2 * n, llamacpp_threads=threads,
                                                  llamacpp_ctx_per_slot=4096))
         t0 = time.perf_counter()
-        lc = llamacpp.load(args.model, cfg, batch=n)
+        if args.llama_args:  # a server of its own with extra llama-server options (tuning experiments)
+            server = ls.LlamaServer(llamacpp.gguf_for(args.model, args.models_dir), parallel=2 * n,
+                                    ctx_per_slot=4096, threads=threads, extra_args=args.llama_args.split()).start()
+            lc = llamacpp.LlamaCppChat(server, name=args.model, batch_size=n)
+            lc.close = lambda close=lc.close: (close(), server.close())
+        else:
+            lc = llamacpp.load(args.model, cfg, batch=n)
         starts["llamacpp"] = time.perf_counter() - t0
         if not isinstance(lc, llamacpp.LlamaCppChat):
             print(f"FAIL: {args.model} is not served by llama.cpp here", file=sys.stderr)

@@ -108,21 +108,24 @@ PROFILES: dict[str, dict[str, Any]] = {
     # rarely passes every test, so pairs use the margin rule and RFT keeps trajectories passing at least one test.
     "tiny": {"pairs": {"rule": "margin"}, "candidates": {"n": 4, "temperature": 0.7},
              "actor": {"rft_min_reward": 0.1}},
-    # The learning study (first cut, sizes not yet timed end to end): the lite tier, where a 0.5B agent can win by
-    # asking (the simulator states each hidden decision in plain words); several sampled trajectories per task and
-    # several episodes per held-out task, so a paired comparison with zero-shot can tell. Sampling at 0.7, not the
-    # paper's 1.0: at 1.0 the 0.5B agent broke the answer protocol in 35 of 80 sampled answers.
+    # The learning study: the lite tier, where a 0.5B agent can win by asking (the simulator states each hidden
+    # decision in plain words). Sized so `sweet run --profile laptop` fits 90 minutes on 2 CPU cores with the llama.cpp
+    # engine (stage times in the README): training a 0.5B LoRA costs ~12 s per trajectory pair here, so the data are
+    # small. Several sampled trajectories per task and 3 episodes per held-out task, so a paired comparison with
+    # zero-shot can tell. Sampling at 0.7, not the paper's 1.0: at 1.0 the 0.5B agent broke the answer protocol in
+    # 35 of 80 sampled answers.
     "laptop": {
         "experiment": "laptop",
-        "tasks": {"source": "bundled:lite", "n_train": 48, "n_test": 50},
-        "pairs": {"rule": "margin", "min_margin": 0.1},
-        "collect": {"k": 8, "max_turns": 3, "max_new_tokens": 192, "sim_max_new_tokens": 48, "temperature": 0.7},
-        "critic": {"epochs": 2, "max_length": 1024},
+        "engine": {"backend": "llamacpp"},  # without llama-server (no `cpu-engine` extra) it falls back to hf, warned
+        "tasks": {"source": "bundled:lite", "n_train": 32, "n_test": 50},
+        "pairs": {"rule": "margin", "min_margin": 0.1, "max_pairs_per_task": 2},
+        "collect": {"k": 4, "max_turns": 3, "max_new_tokens": 192, "sim_max_new_tokens": 48, "temperature": 0.7},
+        "critic": {"epochs": 1, "max_length": 1024},
         # Candidates long enough to hold a whole function: cut-off candidates taught the micro actor prose.
-        "candidates": {"n": 8, "temperature": 0.7, "max_new_tokens": 192, "max_turns": 96},
+        "candidates": {"n": 6, "temperature": 0.7, "max_new_tokens": 192, "max_turns": 48},
         "actor": {"max_length": 1024, "rft_min_reward": 0.5},
         "evaluate": {"max_turns": 3, "max_new_tokens": 192, "sim_max_new_tokens": 48, "temperature": 0.7,
-                     "n_samples": 4, "best_of_n": 4, "best_of_n_temperature": 0.7},
+                     "n_samples": 3, "best_of_n": 4, "best_of_n_temperature": 0.7},
     },
     # End-to-end tests: SmolLM2-135M, 3 tasks, 2 turns, a few tokens.
     "micro": {

@@ -103,7 +103,9 @@ def test_laptop_profile_runs_the_lite_tier_with_room_to_learn():
     assert cfg.experiment == "laptop" and cfg.tasks.source == "bundled:lite"
     assert cfg.tasks.n_train <= sum(t.split == "train" for t in tasks)
     assert cfg.tasks.n_test == sum(t.split == "test" for t in tasks) == 50  # every held-out task
-    assert cfg.collect.max_turns >= 3 and cfg.collect.k >= 8 and cfg.collect.temperature > 0
-    assert cfg.evaluate.n_samples * cfg.tasks.n_test >= 200 and cfg.evaluate.temperature == cfg.collect.temperature
+    # several sampled trajectories per task (pairs need two rewards of one task) and per held-out task (paired test)
+    assert cfg.collect.max_turns >= 3 and cfg.collect.k >= 4 and cfg.collect.temperature > 0
+    assert cfg.evaluate.n_samples >= 3 and cfg.evaluate.temperature == cfg.collect.temperature
+    assert cfg.engine.backend == "llamacpp"  # the CPU engine: the 90-minute budget is measured on it
     # candidates long enough to hold a whole answer (the micro diagnosis: cut-off candidates teach prose)
     assert cfg.candidates.max_new_tokens >= cfg.collect.max_new_tokens

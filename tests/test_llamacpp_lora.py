@@ -285,3 +285,25 @@ def test_an_adapter_for_another_model_fails_the_start_with_its_log(tiny, adapter
         server.close()
     assert not server.alive()
     server.log_path.unlink(missing_ok=True)
+
+
+@needs_server
+def test_evaluating_an_actor_serves_it_and_its_simulator_from_one_server(tiny, adapter, converter, tmp_path):
+    """The evaluate stage's models for a trained system (`load_chat_models(cfg, policy, adapter=...)`): the actor's
+    adapter and the simulator (the base model) on one llama-server, closed together (close_models)."""
+    from sweet.config import ModelsConfig
+    from sweet.stages.collect import close_models, load_chat_models
+
+    gguf_path, _ = tiny
+    cfg = _cfg(tmp_path)
+    cfg = cfg.model_copy(update={"models": ModelsConfig(device="cpu", cache_dir=str(tmp_path / "models"),
+                                                        policy=str(gguf_path), simulator=str(gguf_path))})
+    policy, simulator = load_chat_models(cfg, str(gguf_path), adapter=str(adapter), batch=4)
+    try:
+        assert policy is not simulator and policy.server is simulator.server
+        assert policy.adapter is not None and simulator.adapter is None
+        assert policy.generate(CONVS, 6) != simulator.generate(CONVS, 6)
+        pid = policy.server.pid
+    finally:
+        close_models(policy, simulator)
+    assert not Path(f"/proc/{pid}").exists() and not llamacpp._SERVERS

@@ -241,6 +241,29 @@ def load_critic(adapter_dir: str | Path, device: str = "auto", base_model: str |
     return model, AutoTokenizer.from_pretrained(d)
 
 
+@torch.no_grad()
+def score_trajectory(model, tokenizer, messages: list[dict], training_info: str, conf: dict) -> float:
+    """The critic's score of a whole trajectory, as its Bradley-Terry loss compares two of them: the sum over turns
+    of Eq. 2's advantage (Eq. 3, variant 'paper') or the released code's one token mean (variant 'official').
+    `conf`: the critic's critic_config.json (use_training_info, length_norm, variant, max_length)."""
+    msgs = with_training_info(messages, training_info) if conf.get("use_training_info", True) else messages
+    tok = tokenize_dialogue(tokenizer, msgs, conf.get("max_length"))
+    if not tok["turn_spans"]:
+        raise ValueError("score_trajectory: the trajectory has no assistant turn")
+    device = next(model.parameters()).device
+    ids = torch.tensor([tok["input_ids"]], device=device)
+    turns = torch.tensor([turn_index(ids.shape[1], tok["turn_spans"])], device=device)
+    target, attn = turns >= 0, torch.ones_like(ids)
+    logp = token_logps(model, ids, attn, target)
+    with model.disable_adapter():
+        ref = token_logps(model, ids, attn, target)
+    ratio = (logp - ref) * target
+    norm = conf.get("length_norm", True)
+    if conf.get("variant", "paper") == "paper":
+        return turn_advantages(ratio, turns, len(tok["turn_spans"]), norm).sum().item()
+    return trajectory_advantage_official(ratio, target, norm).item()
+
+
 def candidate_tokens(tokenizer, history, candidates, max_length) -> tuple[list[int], list[list[int]]]:
     """(history tokens, each candidate's tokens): the history fitted to `max_length` for the longest candidate, a
     candidate's tokens its content plus its end of turn. Also what vLLM scoring reads (`vllm_scoring`)."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweet.algos.critic import load_critic, score_candidates
+from sweet.algos.critic import load_critic, score_candidates, score_trajectory
 
 
 @dataclass
@@ -69,3 +69,15 @@ def score_any(critic: LoadedCritic, history: list[dict], candidates: list[str], 
     if critic.kind == "lm-vllm":
         return critic.model.score(history, candidates, training_info, **kw)
     return score_candidates(critic.model, critic.tokenizer, history, candidates, training_info, **kw)
+
+
+def score_trajectory_any(critic: LoadedCritic, messages: list[dict], training_info: str) -> float:
+    """A whole trajectory's score from a critic of either kind (higher = better): an LM critic's trajectory advantage
+    (`critic.score_trajectory`, as its BT loss compares trajectories); a value critic's V of the final action."""
+    if critic.kind == "value":
+        last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+        return score_any(critic, messages[:last], [messages[last]["content"]], training_info)[0]
+    if critic.kind != "lm":
+        raise ValueError(f"score_trajectory_any: a {critic.kind!r} critic does not score trajectories; load it "
+                         "without an engine config (transformers)")
+    return score_trajectory(critic.model, critic.tokenizer, messages, training_info, critic.config)

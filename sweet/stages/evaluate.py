@@ -17,6 +17,7 @@ from sweet import tracking
 from sweet.colbench.registry import family
 from sweet.records import EvalResult
 from sweet.stages.collect import close_models, load_chat_models
+from sweet.stages.diagnostics import critic_diagnostics, upstream
 from sweet.stages.report import write_report
 from sweet.store import Shards
 
@@ -85,7 +86,14 @@ def evaluate(cfg, out: Path, tasks_dir: str, system_dir: str | None = None) -> d
     else:
         systems = {m: (cfg.models.policy, str(Path(system_dir) / "actor"))}
     rows = run_systems(cfg, out, tasks, systems)
-    return write_report(cfg, out, rows, (out / tracking.RUN_ID_FILE).read_text().strip())
+    run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
+    metrics = write_report(cfg, out, rows, run_id)
+    critic_dir = upstream(system_dir, "train_critic") if system_dir else None
+    if critic_dir is not None and (critic_dir / "critic").is_dir():  # the method trained a critic: how good is it?
+        mode = "multi_turn" if "multi_turn" in cfg.evaluate.modes else cfg.evaluate.modes[0]
+        own = [r for r in rows if r["method"] == m and r["mode"] == mode]
+        metrics |= critic_diagnostics(cfg, out, own, critic_dir / "critic", run_id)
+    return metrics
 
 
 def agent_name(ref: str) -> str:
