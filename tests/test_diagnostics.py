@@ -104,6 +104,7 @@ def test_critic_diagnostics_on_a_trained_critic_writes_json_and_plot(tiny_model_
     pcfg = PipelineConfig().model_copy(update={"models": PipelineConfig().models.model_copy(update={"device": "cpu"})})
     out = tmp_path / "eval"
     out.mkdir()
+    (out / "results.md").write_text("| method | ... |\n")
     metrics = D.critic_diagnostics(pcfg, out, rows, critic_dir, run_id=None)
     report = json.loads((out / D.OUT_FILE).read_text())
     assert report["scored"] == 8  # t3's episodes all have one reward: no pick can differ, none scored
@@ -111,6 +112,8 @@ def test_critic_diagnostics_on_a_trained_critic_writes_json_and_plot(tiny_model_
     assert metrics["best_of_4_reward"] == pytest.approx((1.0 + 1.0 + 1.0) / 3)
     assert metrics["best_of_1_reward"] == pytest.approx((0.5 + 0.5 + 1.0) / 3)
     assert (out / D.PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
+    md = (out / "results.md").read_text()
+    assert md.startswith("| method") and "Pair accuracy on held-out tasks: 1.000" in md and "| 4 | 1.000 | 1.000 |" in md
     critic = load_any_critic(critic_dir, "cpu")
     assert score_trajectory_any(critic, good, info) > score_trajectory_any(critic, bad, info)
     assert D.critic_diagnostics(pcfg, out, [], critic_dir, None) == metrics  # written once, read back after

@@ -109,6 +109,10 @@ def critic_diagnostics(cfg, out: Path, rows: list[dict], critic_dir: Path, run_i
     report = {"critic": str(critic_dir), "episodes": len(rows), "scored": len(scores), "pair_accuracy": acc,
               "best_of_n": curve, "metrics": metrics}
     (out / OUT_FILE).write_text(json.dumps(report, indent=1))
+    md = markdown(report)
+    results = out / "results.md"
+    if results.exists():  # beside the method's table, for people reading results.md
+        results.write_text(results.read_text().rstrip() + "\n\n" + md)
     if curve:
         _plot(curve, out / PLOT_FILE)
     if run_id:
@@ -116,9 +120,26 @@ def critic_diagnostics(cfg, out: Path, rows: list[dict], critic_dir: Path, run_i
         for n, v in curve.items():  # the curve as a metric series too (x = N)
             tracking.log_metrics(cfg, run_id, {"best_of_n_reward": v["critic"]}, step=n)
         tracking.log_file(cfg, run_id, out / OUT_FILE)
+        tracking.log_text(cfg, run_id, md, "critic_diagnostics.md")
         if curve:
             tracking.log_file(cfg, run_id, out / PLOT_FILE)
     return metrics
+
+
+def markdown(report: dict) -> str:
+    """The diagnostics as a short markdown section."""
+    acc, curve = report["pair_accuracy"], report["best_of_n"]
+    ci = acc["accuracy_ci"]
+    lines = ["### Critic diagnostics (held-out episodes of this system)", "",
+             "Pair accuracy on held-out tasks: " + (f"{acc['accuracy']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+                                                      if acc["accuracy"] is not None else "no pairs") +
+             f" ({acc['pairs']} pairs from {acc['tasks']} tasks; 0.5 is chance).", ""]
+    if curve:
+        lines += ["| N | critic's pick | oracle |", "|---|---|---|"]
+        lines += [f"| {n} | {v['critic']:.3f} | {v['oracle']:.3f} |" for n, v in sorted(curve.items())]
+        lines += ["", "Mean reward of the critic's pick among N random held-out samples per task (N = 1: a random "
+                  "pick); the critic reads the hidden reference, as in training."]
+    return "\n".join(lines) + "\n"
 
 
 def _plot(curve: dict, path: Path) -> None:
