@@ -122,7 +122,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "collect": {"k": 4, "max_turns": 3, "max_new_tokens": 192, "sim_max_new_tokens": 48, "temperature": 0.7},
         "critic": {"epochs": 1, "max_length": 1024},
         # Candidates long enough to hold a whole function: cut-off candidates taught the micro actor prose.
-        "candidates": {"n": 6, "temperature": 0.7, "max_new_tokens": 192, "max_turns": 48},
+        "candidates": {"n": 6, "temperature": 0.7, "max_new_tokens": 192, "max_turns": 40},
         "actor": {"max_length": 1024, "rft_min_reward": 0.5},
         "evaluate": {"max_turns": 3, "max_new_tokens": 192, "sim_max_new_tokens": 48, "temperature": 0.7,
                      "n_samples": 3, "best_of_n": 4, "best_of_n_temperature": 0.7},
