@@ -87,7 +87,8 @@ def test_trajectory_score_is_the_score_the_bt_loss_compares(tiny_model_dir, tmp_
     batch = C.collate_pairs([C.encode_pair(tok, pair, cfg)], tok.pad_token_id)
     _, out = trainer.compute_loss(trainer.model, batch, return_outputs=True)
     conf = dict(cfg.model_dump())
-    mine = [C.score_trajectory(trainer.model, tok, pair[s], pair["training_info"], conf) for s in ("chosen", "rejected")]
+    mine = [C.score_trajectory(trainer.model, tok, pair[s], pair["training_info"], conf)
+            for s in ("chosen", "rejected")]
     assert mine == pytest.approx(out["score"].tolist(), abs=1e-5)
     assert abs(mine[0] - mine[1]) > 1e-3  # non-trivial: the adapter tells the two apart
 
@@ -113,7 +114,8 @@ def test_critic_diagnostics_on_a_trained_critic_writes_json_and_plot(tiny_model_
     assert metrics["best_of_1_reward"] == pytest.approx((0.5 + 0.5 + 1.0) / 3)
     assert (out / D.PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
     md = (out / "results.md").read_text()
-    assert md.startswith("| method") and "Pair accuracy on held-out tasks: 1.000" in md and "| 4 | 1.000 | 1.000 |" in md
+    assert md.startswith("| method") and "Pair accuracy on held-out tasks: 1.000" in md
+    assert "| 4 | 1.000 | 1.000 |" in md
     critic = load_any_critic(critic_dir, "cpu")
     assert score_trajectory_any(critic, good, info) > score_trajectory_any(critic, bad, info)
     assert D.critic_diagnostics(pcfg, out, [], critic_dir, None) == metrics  # written once, read back after
