@@ -109,8 +109,8 @@ PROFILES: dict[str, dict[str, Any]] = {
     "tiny": {"pairs": {"rule": "margin"}, "candidates": {"n": 4, "temperature": 0.7},
              "actor": {"rft_min_reward": 0.1}},
     # The learning study: the lite tier, where a 0.5B agent can win by asking (the simulator states each hidden
-    # decision in plain words). Sized for about 90 minutes of `sweet run --profile laptop` on 2 CPU cores with the
-    # llama.cpp engine (measured 105; stage times in the README): a 0.5B LoRA costs ~12 s per pair here, so the data are
+    # decision in plain words). Sized so `sweet run --profile laptop` fits 90 minutes on 2 CPU cores with the llama.cpp
+    # engine (stage times in the README): training a 0.5B LoRA costs ~12 s per trajectory pair here, so the data are
     # small. Several sampled trajectories per task and 3 episodes per held-out task, so a paired comparison with
     # zero-shot can tell. Sampling at 0.7, not the paper's 1.0: at 1.0 the 0.5B agent broke the answer protocol in
     # 35 of 80 sampled answers.
