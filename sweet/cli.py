@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from sweet.config import METHODS, PROFILES, load_config, with_method
@@ -84,8 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(signum, frame):
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        # `kill` (SIGTERM) unwinds like Ctrl-C, so what this run started is stopped: the llama.cpp server, Prefect's
+        # temporary API server (left running by a bare SIGTERM), worker pools.
+        signal.signal(signal.SIGTERM, _terminate)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per API request is noise
     if args.command == "eval-backend":
         from sweet.colbench.eval_cli import eval_backend
