@@ -23,11 +23,13 @@ sys.path.insert(0, str(ROOT))
 
 from sweet.algos import critic as sweet_critic  # noqa: E402
 from sweet.algos.scoring import load_any_critic, score_trajectory_any  # noqa: E402
+from sweet.config import load_config  # noqa: E402
 from sweet.models import resolve_model  # noqa: E402
 from sweet.pipeline import is_done  # noqa: E402
-from sweet.config import load_config  # noqa: E402
 from sweet.stages import plan  # noqa: E402
-from sweet.store import loads, read_rows  # noqa: E402
+from sweet.stages.critic import critic_pair  # noqa: E402
+from sweet.stages.diagnostics import ordered  # noqa: E402
+from sweet.store import read_rows  # noqa: E402
 
 
 def stored_pairs_dir(cfg) -> Path:
@@ -56,22 +58,17 @@ def main(argv=None) -> int:
     cfg = load_config(args.profile, args.set)
     rows = read_rows(stored_pairs_dir(cfg) / "pairs.parquet")
     train, val = split_by_task(rows, args.val_fraction, args.seed)
-    as_pair = lambda r: {"chosen": loads(r["chosen_messages"]), "rejected": loads(r["rejected_messages"]),  # noqa: E731
-                         "training_info": r["training_info"]}
     out_root = cfg.root / "critic_base_choice"
     results = []
     for base in [b.strip() for b in args.bases.split(",") if b.strip()]:
         out = out_root / base.replace("/", "__")
         t0 = time.perf_counter()
-        critic_dir = sweet_critic.train_critic([as_pair(r) for r in train], resolve_model(base, cfg.models.cache_dir),
+        critic_dir = sweet_critic.train_critic([critic_pair(r) for r in train], resolve_model(base, cfg.models.cache_dir),
                                                out, cfg.critic, device=cfg.models.device)
         train_s = time.perf_counter() - t0
         critic = load_any_critic(critic_dir, cfg.models.device)
-        hits = []
-        for r in val:
-            p = as_pair(r)
-            hi, lo = (score_trajectory_any(critic, p[s], p["training_info"]) for s in ("chosen", "rejected"))
-            hits.append(1.0 if hi > lo else 0.5 if hi == lo else 0.0)
+        hits = [ordered(*(score_trajectory_any(critic, p[s], p["training_info"]) for s in ("chosen", "rejected")))
+                for p in map(critic_pair, val)]
         acc = sum(hits) / len(hits) if hits else float("nan")
         results.append({"base": base, "train_pairs": len(train), "val_pairs": len(val), "val_pair_accuracy": acc,
                         "train_s": round(train_s, 1)})

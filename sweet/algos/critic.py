@@ -144,6 +144,15 @@ def collate_pairs(rows: list[dict], pad_id: int) -> dict:
             "attention_mask": mask_from_lengths([len(i) for i in ids])}
 
 
+def trajectory_scores(token_logratio: torch.Tensor, turn_ids: torch.Tensor, variant: str, length_norm: bool):
+    """(per-turn advantages [B, turns] or None, each trajectory's score [B]): what the BT loss compares. Variant
+    'paper': Eq. 2's advantage per turn, summed over turns (Eq. 3); 'official': the released code's one token mean."""
+    if variant == "paper":
+        adv = turn_advantages(token_logratio, turn_ids, int(turn_ids.max()) + 1, length_norm)
+        return adv, adv.sum(-1)
+    return None, trajectory_advantage_official(token_logratio, turn_ids >= 0, length_norm)
+
+
 class CriticTrainer(LossTrainer):
     """Trainer whose loss is the critic's Bradley-Terry loss over (chosen, rejected) trajectory pairs (Eq. 3, or the
     released variant) plus `cfg.nll_coef` times the NLL of the chosen trajectories."""
@@ -163,13 +172,11 @@ class CriticTrainer(LossTrainer):
         logp = token_logps(m, ids, attn, target)
         with torch.no_grad(), switch.disable_adapter():
             ref = token_logps(m, ids, attn, target)
-        ratio = (logp - ref) * target
+        adv, score = trajectory_scores((logp - ref) * target, turn_ids, cfg.variant, cfg.length_norm)
         b = ids.shape[0] // 2
         if cfg.variant == "paper":
-            adv = turn_advantages(ratio, turn_ids, int(turn_ids.max()) + 1, cfg.length_norm)
-            bt, score = bt_loss_paper(adv[:b], adv[b:], cfg.beta), adv.sum(-1)
+            bt = bt_loss_paper(adv[:b], adv[b:], cfg.beta)
         else:
-            score = trajectory_advantage_official(ratio, target, cfg.length_norm)
             bt = bt_loss_official(score[:b], score[b:], cfg.beta)
         nll = nll_loss(logp[:b], target[:b])
         loss = bt + cfg.nll_coef * nll
@@ -257,11 +264,9 @@ def score_trajectory(model, tokenizer, messages: list[dict], training_info: str,
     logp = token_logps(model, ids, attn, target)
     with model.disable_adapter():
         ref = token_logps(model, ids, attn, target)
-    ratio = (logp - ref) * target
-    norm = conf.get("length_norm", True)
-    if conf.get("variant", "paper") == "paper":
-        return turn_advantages(ratio, turns, len(tok["turn_spans"]), norm).sum().item()
-    return trajectory_advantage_official(ratio, target, norm).item()
+    _, score = trajectory_scores((logp - ref) * target, turns, conf.get("variant", "paper"),
+                                 conf.get("length_norm", True))
+    return score.item()
 
 
 def candidate_tokens(tokenizer, history, candidates, max_length) -> tuple[list[int], list[list[int]]]:

@@ -32,7 +32,12 @@ def train_critic(cfg, out: Path, pairs_dir: str) -> dict:
             f"{pairs_dir}/pairs.parquet holds no preference pairs: no task had trajectories the pair rule "
             f"('{cfg.pairs.rule}') could order. Collect more trajectories per task (collect.k), sample with more "
             "diversity (collect.temperature), or use pairs.rule=margin.")
-    pairs = [{"chosen": loads(r["chosen_messages"]), "rejected": loads(r["rejected_messages"]),
-              "training_info": r["training_info"]} for r in rows]
+    pairs = [critic_pair(r) for r in rows]
     sweet_critic.train_critic(pairs, base, out, cfg.critic, callbacks=callbacks, device=device)
     return {"pairs": len(pairs)}
+
+
+def critic_pair(row: dict) -> dict:
+    """A `pairs` row as the critic trainer reads it: (chosen, rejected) dialogues and the training info c."""
+    return {"chosen": loads(row["chosen_messages"]), "rejected": loads(row["rejected_messages"]),
+            "training_info": row["training_info"]}

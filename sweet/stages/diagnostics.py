@@ -5,7 +5,8 @@ evaluated system's own held-out episodes (several per task: `evaluate.n_samples`
 - **held-out pair accuracy**: of every two episodes of one task whose rewards differ by at least `pairs.min_margin`,
   how often the critic scores the better one higher (ties count half; 0.5 is chance);
 - **best-of-N**: the expected reward when the critic picks one of N episodes drawn at random from a task's samples,
-  for N = 1, 2, 4, 8 (as far as the samples go, and N = all of them), beside a random pick (N = 1) and an oracle that knows the rewards.
+  for N = 1, 2, 4, 8 (as far as the samples go, and N = all of them), beside a random pick (N = 1) and an oracle
+  that knows the rewards.
   The critic reads the hidden reference c here as in training: this measures the critic, not a deployable agent.
 
 Only tasks whose episodes differ in reward are scored: on the others every pick has the same reward.
@@ -52,16 +53,22 @@ def expected_pick(rewards: list[float], n: int) -> float:
     return sum(r * comb(m - 1 - i, n - 1) for i, r in enumerate(rewards)) / comb(m, n)
 
 
+def ordered(score_hi: float, score_lo: float) -> float:
+    """1 when the critic scores the better trajectory higher, 0 when lower, 0.5 on a tie."""
+    return 1.0 if score_hi > score_lo else 0.5 if score_hi == score_lo else 0.0
+
+
 def pair_accuracy(groups: dict[str, list[dict]], scores: dict[str, float], min_margin: float) -> dict:
     """Share of within-task pairs (rewards at least `min_margin` apart) the critic orders right; per-task shares
     with a bootstrap interval over tasks (against 0.5, chance)."""
     per_task: dict[str, float] = {}
     n_pairs = 0
     for task_id, eps in groups.items():
-        hits = [1.0 if scores[hi["traj_id"]] > scores[lo["traj_id"]] else
-                0.5 if scores[hi["traj_id"]] == scores[lo["traj_id"]] else 0.0
-                for a, b in itertools.combinations(eps, 2) if abs(a["reward"] - b["reward"]) >= min_margin
-                for hi, lo in [(a, b) if a["reward"] > b["reward"] else (b, a)]]
+        hits = []
+        for a, b in itertools.combinations(eps, 2):
+            if abs(a["reward"] - b["reward"]) >= min_margin:
+                hi, lo = (a, b) if a["reward"] > b["reward"] else (b, a)
+                hits.append(ordered(scores[hi["traj_id"]], scores[lo["traj_id"]]))
         if hits:
             per_task[task_id], n_pairs = sum(hits) / len(hits), n_pairs + len(hits)
     ci = paired_bootstrap(per_task, {t: 0.5 for t in per_task}) if per_task else {}
