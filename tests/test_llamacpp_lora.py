@@ -113,10 +113,12 @@ def test_adapter_served_per_request_next_to_its_base(tiny, adapter, converter, t
     gguf_path, folder = tiny
     cfg = _cfg(tmp_path, llamacpp_parallel=1)  # one slot: the adapter and the base take turns on the same cache
     actor = load_chat(str(gguf_path), cfg, batch=4, adapter=str(adapter))
-    base = load_chat(str(gguf_path), cfg, batch=4)  # the simulator of an evaluation: joins the actor's server
+    # The base model on the actor's own server (load_chat would give it a server without adapters): the explicit
+    # zero scales must keep the two apart on one slot's cache.
+    base = llamacpp.LlamaCppChat(actor.server, name="base", batch_size=4)
     plain = ls.LlamaServer(gguf_path, parallel=1, ctx_per_slot=512, threads=1)  # no adapter loaded at all
     try:
-        assert isinstance(actor, llamacpp.LlamaCppChat) and actor.server is base.server
+        assert isinstance(actor, llamacpp.LlamaCppChat) and not actor.server.serves(None)
         assert len(actor.server.loras) == 1 and actor.server.loras[0].parent == tmp_path / "models" / "gguf" / "lora"
         assert actor.api.extra_body["lora"] == [{"id": 0, "scale": 1.0}]
         assert base.api.extra_body["lora"] == [{"id": 0, "scale": 0.0}]
@@ -168,8 +170,8 @@ def test_a_base_server_does_not_serve_an_adapter(tiny, adapter, converter, tmp_p
     try:
         assert base.server is not actor.server and base.server.loras == [] and len(actor.server.loras) == 1
         assert "lora" not in base.api.extra_body
-        other_base = load_chat(str(gguf_path), cfg)  # any server of the model serves the base
-        assert other_base.server in (base.server, actor.server)
+        other_base = load_chat(str(gguf_path), cfg)  # the base joins the adapter-free server, never the actor's
+        assert other_base.server is base.server
         other_base.close()
     finally:
         base.close()
@@ -288,9 +290,10 @@ def test_an_adapter_for_another_model_fails_the_start_with_its_log(tiny, adapter
 
 
 @needs_server
-def test_evaluating_an_actor_serves_it_and_its_simulator_from_one_server(tiny, adapter, converter, tmp_path):
+def test_evaluating_an_actor_serves_it_and_its_simulator_from_two_servers(tiny, adapter, converter, tmp_path):
     """The evaluate stage's models for a trained system (`load_chat_models(cfg, policy, adapter=...)`): the actor's
-    adapter and the simulator (the base model) on one llama-server, closed together (close_models)."""
+    adapter on one llama-server, the simulator (the base model) on one without adapters (sharing one, every change
+    of adapter scales cleared a slot's prompt cache), both closed together (close_models)."""
     from sweet.config import ModelsConfig
     from sweet.stages.collect import close_models, load_chat_models
 
@@ -300,10 +303,11 @@ def test_evaluating_an_actor_serves_it_and_its_simulator_from_one_server(tiny, a
                                                         policy=str(gguf_path), simulator=str(gguf_path))})
     policy, simulator = load_chat_models(cfg, str(gguf_path), adapter=str(adapter), batch=4)
     try:
-        assert policy is not simulator and policy.server is simulator.server
+        assert policy is not simulator and policy.server is not simulator.server
+        assert policy.server.loras and not simulator.server.loras
         assert policy.adapter is not None and simulator.adapter is None
         assert policy.generate(CONVS, 6) != simulator.generate(CONVS, 6)
-        pid = policy.server.pid
+        pids = [policy.server.pid, simulator.server.pid]
     finally:
         close_models(policy, simulator)
-    assert not Path(f"/proc/{pid}").exists() and not llamacpp._SERVERS
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids) and not llamacpp._SERVERS

@@ -12,13 +12,14 @@ the reference model stay in torch (transformers), on the same weights the GGUF w
   machine without the llama-server binary) falls back to transformers (`hf.ChatLM`) with a warning that says so.
 - LoRA adapters (a trained actor): the PEFT folder is converted with llama.cpp's convert_lora_to_gguf.py (float32,
   once, cached by content) and loaded by the base model's server at start (`--lora`); each request names every
-  adapter's scale (`lora` field: 1 for its own, 0 for the others, all 0 for the base model), so one server serves
-  the actor and a simulator of the same base model. An adapter llama.cpp cannot apply (DoRA, modules_to_save, ...)
+  adapter's scale (`lora` field: 1 for its own, 0 for the others). The base model (a simulator) gets a server of
+  its own: llama.cpp clears a slot's prompt cache whenever the adapter scales change, so sharing one server made
+  an actor's evaluation 1.48x slower. An adapter llama.cpp cannot apply (DoRA, modules_to_save, ...)
   falls back to transformers with the adapter merged in.
 - Server: one `LlamaServer` per model and settings in a process, shared by every backend using it (the policy and a
-  simulator of the same model, an actor's adapter and its base model) and stopped when the last one closes, or at
-  exit. A base-model backend joins any server of its model; an adapter one joins a server that loaded its adapter,
-  else starts one. Its lifecycle is in `sweet.agents._llama_server` (own process group, dies with this process,
+  simulator of the same model) and stopped when the last one closes, or at exit. A base-model backend joins a
+  server of its model without adapters; an adapter one joins a server that loaded its adapter; else either starts
+  one. Episodes advance in lockstep (all agents, then all simulators), so two servers do not compete for the CPU. Its lifecycle is in `sweet.agents._llama_server` (own process group, dies with this process,
   restarted once after a crash).
 - Requests: the project's OpenAI-compatible client `api.ChatAPI`, pointed at the server's /v1. Every request
   carries a seed (the caller's, else one drawn from a per-backend counter), so a rerun with the same seeds gets the
@@ -118,7 +119,7 @@ _SERVERS_LOCK = threading.Lock()
 
 def _acquire(gguf: Path, engine, adapter: Path | None = None) -> tuple[tuple, LlamaServer]:
     """A running server for `gguf` (and `adapter`, a GGUF LoRA) with the engine's settings: one this process already
-    runs when it serves what is asked (a base-model request goes to any server of that model, adapters or not),
+    runs when it serves what is asked (`LlamaServer.serves`: the base model only on a server without adapters),
     else a new one. Reference-counted: `_release` stops it when its last user lets go."""
     base = (str(gguf), engine.llamacpp_parallel, engine.llamacpp_ctx_per_slot, engine.llamacpp_threads)
     with _SERVERS_LOCK:
