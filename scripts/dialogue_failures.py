@@ -7,7 +7,8 @@ reward; final answers with no body (empty, or only the `def` line); simulator re
 message (similarity > 0.6 on the first 200 characters) and replies that state one of the task's hidden values.
 Read-only: it loads the table and the tier file, runs nothing the agent wrote.
 
-    .venv/bin/python scripts/dialogue_failures.py artifacts/laptop/collect_trajectories/<fingerprint>/trajectories.parquet
+    .venv/bin/python scripts/dialogue_failures.py \
+        artifacts/laptop/collect_trajectories/<fingerprint>/trajectories.parquet
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def no_body(answer: str | None) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("table", help="a trajectories.parquet or eval_results.parquet with messages, answer, reward")
-    ap.add_argument("--tier", default=str(bundled_path("bundled:lite")), help="the lite records (default: the bundled tier)")
+    ap.add_argument("--tier", default=str(bundled_path("bundled:lite")),
+                    help="the lite records (default: the bundled tier)")
     a = ap.parse_args(argv)
     import pandas as pd
 
@@ -59,12 +61,7 @@ def main(argv=None) -> int:
     if missing:
         print(f"dialogue_failures: {path} has no column(s) {sorted(missing)}", file=sys.stderr)
         return 2
-    values = {}
-    with open(a.tier) as fh:
-        for line in fh:
-            if line.strip():
-                rec = json.loads(line)
-                values[rec["task_id"]] = rec.get("decision_values", [])
+    values = {rec["task_id"]: rec.get("decision_values", []) for _, rec in lite.read_records(a.tier)}
     kinds, rewards = collections.Counter(), collections.defaultdict(float)
     stubs = multi = stub_multi = replies = echoes = stated = 0
     for _, r in df.iterrows():

@@ -14,13 +14,14 @@ the reference model stay in torch (transformers), on the same weights the GGUF w
   once, cached by content) and loaded by the base model's server at start (`--lora`); each request names every
   adapter's scale (`lora` field: 1 for its own, 0 for the others). The base model (a simulator) gets a server of
   its own: llama.cpp clears a slot's prompt cache whenever the adapter scales change, so sharing one server made
-  an actor's evaluation 1.48x slower. An adapter llama.cpp cannot apply (DoRA, modules_to_save, ...)
+  an actor's evaluation 1.45x slower. An adapter llama.cpp cannot apply (DoRA, modules_to_save, ...)
   falls back to transformers with the adapter merged in.
 - Server: one `LlamaServer` per model and settings in a process, shared by every backend using it (the policy and a
   simulator of the same model) and stopped when the last one closes, or at exit. A base-model backend joins a
   server of its model without adapters; an adapter one joins a server that loaded its adapter; else either starts
-  one. Episodes advance in lockstep (all agents, then all simulators), so two servers do not compete for the CPU. Its lifecycle is in `sweet.agents._llama_server` (own process group, dies with this process,
-  restarted once after a crash).
+  one. Episodes advance in lockstep (all agents, then all simulators), so two servers do not compete for the CPU.
+  Its lifecycle is in `sweet.agents._llama_server` (own process group, dies with this process, restarted once after
+  a crash).
 - Requests: the project's OpenAI-compatible client `api.ChatAPI`, pointed at the server's /v1. Every request
   carries a seed (the caller's, else one drawn from a per-backend counter), so a rerun with the same seeds gets the
   same samples as far as the server allows (continuous batching can regroup sequences, and llama.cpp's logits
