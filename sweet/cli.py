@@ -55,7 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--tasks", required=True, help="jsonl with ground_truth and test_cases (task_id optional)")
     ev.add_argument("--answers", required=True, help='jsonl rows {"task_id": ..., "answer": "<python code>"}')
     ev.add_argument("--workers", type=int, default=None, help="answers scored in parallel (default: all CPUs)")
-    ev.add_argument("--timeout", type=float, default=2.0, help="seconds per test call (default 2)")
+    ev.add_argument("--timeout", type=float, default=2.0, help="seconds per test call (default 2; 'official' gives "
+                    "each answer call 1 s, as the released code does)")
+    ev.add_argument("--scoring", choices=("strict", "official"), default="strict", help="the scoring rules "
+                    "(evaluate.scoring): this project's 'strict' (default) or the released code's 'official'")
     ef = sub.add_parser("eval-frontend", help="render HTML answers and reference pages offline; one JSON line per "
                         "answer with its similarity to the reference and the metric's name")
     ef.add_argument("--tasks", required=True, help="jsonl with ground_truth HTML (task_id optional: row index)")
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "eval-backend":
         from sweet.colbench.eval_cli import eval_backend
         try:
-            return eval_backend(args.tasks, args.answers, args.workers, args.timeout)
+            return eval_backend(args.tasks, args.answers, args.workers, args.timeout, scoring=args.scoring)
         except (ValueError, FileNotFoundError) as e:
             print(f"sweet eval-backend: {e}", file=sys.stderr)
             return 2

@@ -169,6 +169,16 @@ class EvaluateConfig(_Cfg):
     n_samples: int = Field(1, ge=1, description="Episodes per test task.")
     best_of_n: int = Field(4, ge=2, description="method 'best_of_n': actions sampled per turn, the critic keeps the best.")
     best_of_n_temperature: float = Field(1.0, gt=0.0, description="method 'best_of_n': sampling temperature.")
+    scoring: Literal["strict", "official"] = Field(
+        "strict", description="How backend answers are scored against the hidden tests, in evaluation and in "
+        "collection alike (one setting, so the rewards a policy is trained on and the ones it is evaluated with "
+        "follow the same rules; part of both stages' fingerprints). 'strict' (CPU profiles): the answer runs once, "
+        "its helpers and imports visible to its functions, values compared with ==. 'official' (the paper "
+        "profiles' default): the released check_correctness: 0 for any answer containing import os/sys, sudo, "
+        "transformers, exit(, quit( or argparse; the code re-executed per test with its top-level names invisible "
+        "inside its functions (a helper, an import or recursion fails), the reference likewise; 1 s per call; a "
+        "reference value of None never passes. Both run in the same sandbox. Frontend pages are unaffected "
+        "(page similarity).")
     seed: int = 0
 
 

@@ -65,8 +65,9 @@ PAPER_PROFILES: dict[str, dict[str, Any]] = {
                        "max_turns": 1_000_000, "pairs_per_turn": 4, "batch_size": 256},
         "actor": {"beta": 0.1, "nll_coef": 0.01, "epochs": 1, "batch_size": 1, "grad_accum": 1,
                   "max_length": 16384, "save_steps": 100},
+        # The released scoring rules (evaluate.scoring also scores collection), so rewards match the paper's.
         "evaluate": {"max_turns": 10, "max_new_tokens": 1024, "sim_max_new_tokens": 256, "batch_episodes": 256,
-                     "modes": ["multi_turn", "single_turn"]},
+                     "modes": ["multi_turn", "single_turn"], "scoring": "official"},
         # vLLM leaves room on GPU 0 for the transformers critic that scores candidates in the same stage (8B bf16,
         # plus its reference copy); raise data_parallel_size to sample on every GPU of the node.
         "engine": {"backend": "vllm", "gpu_memory_utilization": 0.45, "max_model_len": 16384,

@@ -32,6 +32,7 @@ class Trajectory:
     error: str | None
     training_info: str  # the hidden reference c (code or HTML)
     metric: str  # what `reward` measures: "tests passed", or the page similarity's name
+    scoring: str  # backend: the rules `reward` was scored by, "strict" or "official" (`evaluate.scoring`); frontend ""
 
     @classmethod
     def of_episode(cls, e, **extra):
@@ -40,7 +41,7 @@ class Trajectory:
                    messages=dumps(e.messages), answer=e.answer or "", reward=float(e.reward), success=bool(e.success),
                    tests_passed=int(e.tests_passed), tests_total=len(getattr(e.task, "test_cases", ())),
                    n_turns=e.n_turns, error=e.error, training_info=e.task.ground_truth,
-                   metric=getattr(e, "metric", "") or "tests passed", **extra)
+                   metric=getattr(e, "metric", "") or "tests passed", scoring=getattr(e, "scoring", ""), **extra)
 
 
 @dataclass

@@ -17,7 +17,8 @@ def test_eval_backend_prints_one_line_per_answer_in_order(tmp_path, capsys):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["task_id"] for r in rows] == ["t", "0", "0"]
     assert rows[0]["tests_passed"] == 0 and rows[0]["success"] is False  # a list is not a tuple
-    assert rows[1] == {"task_id": "0", "tests_passed": 2, "tests_total": 2, "reward": 1.0, "success": True, "error": None}
+    assert rows[1] == {"task_id": "0", "tests_passed": 2, "tests_total": 2, "reward": 1.0, "success": True, "error": None,
+                       "scoring": "strict"}
     assert rows[2]["reward"] == 0.0
 
 

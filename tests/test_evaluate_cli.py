@@ -24,7 +24,7 @@ def test_cli_evaluate_prints_one_table(tmp_path, openai_server, capsys):
     argv = ["evaluate", "--profile", "micro", "--agent", "api:right", "--agent", "api:right", "--mode", "single_turn"]
     assert main(argv + [x for s in sets for x in ("--set", s)]) == 0
     out = capsys.readouterr().out
-    assert "| right | single_turn | 100.0 ± 0.0 |" in out and "| right_ | single_turn |" in out
+    assert "| right | single_turn | strict | 100.0 ± 0.0 |" in out and "| right_ | single_turn |" in out
     assert main(["evaluate", "--set", f"artifacts_dir={tmp_path}"]) == 2
     assert "at least one --agent" in capsys.readouterr().err
     assert main(["evaluate", "--agent", "x", "--actor", str(tmp_path / "nope")] +
@@ -40,4 +40,4 @@ def test_evaluate_models_flow(tmp_path, openai_server, prefect_api):
                                 f"tasks.source={_tasks(tmp_path)}", f"api.base_url={openai_server.base_url}",
                                 "models.simulator=api:sim"])
     table = evaluate_models_flow(cfg=cfg, agents=["api:right"], n_tasks=1)
-    assert "| right | multi_turn | 100.0" in table and "| 1 | 0 |" in table
+    assert "| right | multi_turn | strict | 100.0" in table and "| 1 | 0 |" in table

@@ -24,7 +24,7 @@ def test_paired_table_and_behaviour():
     assert sw["asked_rate"] == 100.0 and summaries["zero_shot/multi_turn"]["asked_rate"] == 0.0
     assert sw["answer_chars"] == 30.0 and "delta_tests_passed" not in summaries["zero_shot/multi_turn"]
     table = results_table(summaries)
-    assert "| sweet | multi_turn | +" in table and "| zero_shot | multi_turn | (baseline) |" in table
+    assert "| sweet | multi_turn | strict | +" in table and "| zero_shot | multi_turn | strict | (baseline) |" in table
     assert "Δ success rate vs zero_shot" in table and "| 8 | 100.0 | 2.00 | 30 |" in table
 
 

@@ -88,7 +88,8 @@ def test_trajectory_of_an_episode_and_its_parquet_columns(tmp_path):
     row = dataclasses.asdict(Trajectory.of_episode(e))
     assert row == {"traj_id": "t/1__2", "task_id": "t/1", "sample_idx": 2, "messages": dumps(e.messages),
                    "answer": e.answer, "reward": 1.0, "success": True, "tests_passed": 2, "tests_total": 2,
-                   "n_turns": 2, "error": None, "training_info": TASK.ground_truth, "metric": "tests passed"}
+                   "n_turns": 2, "error": None, "training_info": TASK.ground_truth, "metric": "tests passed",
+                   "scoring": "strict"}
     ev = dataclasses.asdict(EvalResult.of_episode(e, method="zero_shot", mode="multi_turn"))
     assert ev == row | {"method": "zero_shot", "mode": "multi_turn"}
     assert pq.read_schema(write_rows([ev], tmp_path / "e.parquet")).names == _fields(EvalResult)
@@ -97,6 +98,9 @@ def test_trajectory_of_an_episode_and_its_parquet_columns(tmp_path):
     fe.reward = 0.25
     page = dataclasses.asdict(Trajectory.of_episode(fe))
     assert (page["tests_total"], page["metric"], page["answer"], page["reward"]) == (0, "pixel", "", 0.25)
+    # Pages are not scored by tests: whatever scoring the family is given, the row says none.
+    assert page["scoring"] == "" == FrontendEpisode(PAGE, 0, 2, scoring="official").scoring
+    assert dataclasses.asdict(Trajectory.of_episode(Episode(TASK, 0, 2, scoring="official")))["scoring"] == "official"
 
 
 def test_turns_of_a_trajectory():

@@ -14,7 +14,7 @@ from typing import Callable, ClassVar
 from tqdm.auto import tqdm
 
 from sweet.chat import GenerationFailure
-from sweet.sandbox import evaluate_many, strip_code_fences
+from sweet.sandbox import SCORINGS, evaluate_many, strip_code_fences
 from sweet.colbench.tasks import Task
 
 ANSWER_MARK = "I WANT TO ANSWER:"
@@ -83,14 +83,21 @@ class Episode:
     tests_passed: int = 0
     error: str | None = None
     mode: str = "multi_turn"
+    scoring: str = "strict"  # the sandbox's rules for this episode's reward (`evaluate.scoring`)
+    answer_text: str | None = None  # the answer as the released environment keeps it (scored under "official")
     # The family's prompts (class attributes, not fields): the frontend episode swaps these.
     PROMPT: ClassVar[str] = AGENT_PROMPT
     SINGLE_PROMPT: ClassVar[str] = SINGLE_TURN_PROMPT
     LAST_NOTE: ClassVar[str] = LAST_TURN_NOTE
+    SCORED_BY_TESTS: ClassVar[bool] = True
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {MODES}")
+        if not self.SCORED_BY_TESTS:
+            self.scoring = ""  # no tests to score (frontend pages: `metric` names the similarity)
+        elif self.scoring not in SCORINGS:
+            raise ValueError(f"unknown scoring {self.scoring!r}; choose one of {SCORINGS}")
         if not 1 <= self.max_turns <= MAX_TURNS:
             raise ValueError(f"max_turns must be between 1 and {MAX_TURNS} (the ColBench protocol), got {self.max_turns}")
         if self.mode in ("single_turn", "oracle"):
@@ -155,17 +162,31 @@ def extract_answer(text: str, final_turn: bool) -> str | None:
     return extract_code(text) if final_turn else None
 
 
+def released_answer(text: str) -> str:
+    """What the released environment keeps as the answer: the text after the marker (up to a second one), else
+    the whole response; its prose and fences are left for the scoring rules."""
+    parts = re.split(re.escape(ANSWER_MARK), text, flags=re.I)
+    return parts[1] if len(parts) > 1 else text
+
+
 def clean_reply(text: str) -> str:
     text = text.strip() or "I don't know."
     return text[:SIM_REPLY_CHARS]
 
 
 def score(episodes: list[Episode]) -> None:
-    """Sandbox scores; an episode that ended on an API failure keeps reward 0 and its error."""
+    """Sandbox scores, by each episode's `scoring`; an episode that ended on an API failure keeps reward 0 and its
+    error. "official" scores the answer as the released code did: the raw text after the marker (`answer_text`),
+    prose and fences included; "strict" the extracted code (`answer`)."""
     todo = [e for e in episodes if e.error is None]
-    reports = evaluate_many([(e.answer or "", e.task.ground_truth, e.task.test_cases) for e in todo])
-    for e, r in zip(todo, reports):
-        e.reward, e.success, e.tests_passed, e.error = r.reward, r.success, r.passed, r.error
+    for scoring in dict.fromkeys(e.scoring for e in todo):
+        group = [e for e in todo if e.scoring == scoring]
+        texts = [e.answer_text if scoring == "official" and e.answer_text is not None else e.answer or ""
+                 for e in group]
+        reports = evaluate_many([(a, e.task.ground_truth, e.task.test_cases) for a, e in zip(texts, group)],
+                                scoring=scoring)
+        for e, r in zip(group, reports):
+            e.reward, e.success, e.tests_passed, e.error = r.reward, r.success, r.passed, r.error
 
 
 def generation_failed(e: Episode, who: str, reply) -> bool:
@@ -222,7 +243,7 @@ def rollout(episodes: list[Episode], policy, simulator, *, max_new_tokens: int, 
             e.messages.append({"role": "assistant", "content": action})
             answer = extract_answer(action, last)
             if answer is not None:
-                e.answer, e.done = answer, True
+                e.answer, e.answer_text, e.done = answer, released_answer(action), True
                 finished.append(e)
         live = finish_turn(live, finished, score, on_done, bar)
         if live:

@@ -41,12 +41,14 @@ def read_answers(path: Path, tasks: dict, what: str = "<python code>") -> list[t
     return answers
 
 
-def eval_backend(tasks_path: str, answers_path: str, workers: int | None = None, timeout_s: float = 2.0, out=None) -> int:
+def eval_backend(tasks_path: str, answers_path: str, workers: int | None = None, timeout_s: float = 2.0, out=None,
+                 scoring: str = "strict") -> int:
     out = out or sys.stdout  # looked up per call: a default bound at import time outlives a redirected stdout
     tasks = read_tasks(Path(tasks_path))
     answers = read_answers(Path(answers_path), tasks)
-    reports = evaluate_many([(a, *tasks[tid]) for tid, a in answers], workers=workers, timeout_s=timeout_s)
+    reports = evaluate_many([(a, *tasks[tid]) for tid, a in answers], workers=workers, timeout_s=timeout_s,
+                            scoring=scoring)
     for (tid, _), r in zip(answers, reports):
         out.write(json.dumps({"task_id": tid, "tests_passed": r.passed, "tests_total": r.total,
-                              "reward": r.reward, "success": r.success, "error": r.error}) + "\n")
+                              "reward": r.reward, "success": r.success, "error": r.error, "scoring": scoring}) + "\n")
     return 0

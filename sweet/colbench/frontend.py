@@ -58,6 +58,7 @@ class FrontendEpisode(Episode):
     PROMPT: ClassVar[str] = AGENT_PROMPT
     SINGLE_PROMPT: ClassVar[str] = SINGLE_TURN_PROMPT
     LAST_NOTE: ClassVar[str] = LAST_TURN_NOTE
+    SCORED_BY_TESTS: ClassVar[bool] = False  # reward = page similarity; `scoring` stays ''
 
 
 _HTML = re.compile(r"<html\b.*?</html\s*>", re.I | re.S)

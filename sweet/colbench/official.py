@@ -166,7 +166,7 @@ def read_offline_trajectories(path: Path | str, limit: int | None = None,
 
     `limit` keeps the first `limit` distinct tasks with ALL their trajectories (the official file repeats the task
     list k times, so its first N rows would give one trajectory per task and no preference pairs); every row is still
-    validated. Rows without a reward get reward/success/tests_passed None: score them (`needs_scoring`)."""
+    validated. Rows without a reward get reward/success/tests_passed/scoring None: score them (`needs_scoring`)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"offline trajectory file {path} not found (the official one is {OFFLINE_FILE} in the "
@@ -219,6 +219,8 @@ def read_offline_trajectories(path: Path | str, limit: int | None = None,
             "n_turns": n_turns,
             "error": None,
             "training_info": task.ground_truth, "metric": "tests passed",
+            # A record's reward comes from the released evaluate_code.py, i.e. the released check_correctness.
+            "scoring": None if reward is None else "official",
         })
     return list(tasks.values()), rows
 

@@ -14,6 +14,10 @@ code that runs next to the answer):
   decoded here by a strict parser (no eval/pickle; sets/dicts of keys crafted to share a hash are refused);
   anything else becomes :class:`Unsupported`, which equals nothing.  Comparison is Python ``==`` on decoded
   values.  Expected values come from running the reference the same way in a separate child.
+* Scoring (``SCORINGS``): "strict" as above; "official" reproduces the released SWEET-RL ``check_correctness``
+  (banned substrings, its fence split, code re-executed per call with top-level names invisible to its
+  functions, 1 s per answer call, a reference value of None never passes: ``_official``).  Same children, same
+  confinement: only the child's exec scope and the parent's comparison differ.
 * Confinement (``protections()`` lists the layers in force; details in ``_confine``), by fallback order:
   1. root (here and in CI): netns + mountns + Landlock + uid drop + seccomp.  The child sees only read-only
      binds of its interpreter's stdlib and the system libraries; its cwd is a private 32 MB tmpfs; the project, /tmp,
@@ -44,7 +48,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sweet.sandbox import _proc
+from sweet.sandbox import _official, _proc
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,9 @@ MAX_SAME_HASH = 64  # keys of one set/dict sharing a hash value
 USE_MOUNTNS = True  # layers that can be turned off (tests use this to exercise the fallbacks)
 USE_LANDLOCK = True
 WORK_MB = 32  # size of the private tmpfs cwd when the mount namespace is in force
+# How answers are scored: "strict" (this project's rules, below) or "official" (the released check_correctness:
+# see ``_official``).  Both run in the same confined children; only the exec scope and the comparison differ.
+SCORINGS = ("strict", "official")
 
 
 @dataclass
@@ -168,11 +175,13 @@ def _warn_once(layers: list[str]) -> None:
             log.warning("sandbox: %s", m)
 
 
-def _child(code: str, calls: list[str], timeout_s: float, memory_mb: int, site: bool):
-    """One child for ``calls``: (fatal, decoded (ok, value|reason) for a prefix of the calls, stop, layers)."""
+def _child(code: str, calls: list[str], timeout_s: float, memory_mb: int, site: bool, scope: str = "shared"):
+    """One child for ``calls``: (fatal, decoded (ok, value|reason) for a prefix of the calls, stop, layers).
+    ``scope``: "shared" (the code runs once, every call sees its namespace) or "per_call" (the released
+    semantics: each call execs the code anew, top-level names apart from its functions' globals)."""
     cfg = {"memory_mb": int(memory_mb), "fsize": 1 << 20, "max_line": MAX_LINE, "site": bool(site),
            "cpu_s": int(timeout_s * (len(calls) + 1) + STARTUP_GRACE_S) + 1,
-           "mountns": USE_MOUNTNS, "landlock": USE_LANDLOCK, "work_mb": WORK_MB}
+           "mountns": USE_MOUNTNS, "landlock": USE_LANDLOCK, "work_mb": WORK_MB, "scope": scope}
     fatal, raw, stop, layers = _proc.spawn(code, calls, cfg, timeout_s, STARTUP_GRACE_S)
     if layers is not None:
         _warn_once(layers)
@@ -185,12 +194,13 @@ def _child(code: str, calls: list[str], timeout_s: float, memory_mb: int, site: 
     return fatal, results, stop, layers
 
 
-def _run(code: str, calls: list[str], timeout_s: float = 2.0, memory_mb: int = 512, site: bool = False):
+def _run(code: str, calls: list[str], timeout_s: float = 2.0, memory_mb: int = 512, site: bool = False,
+         scope: str = "shared"):
     """(fatal, per-call results).  Restarts a fresh child after a call that timed out or killed its child."""
     calls = list(calls)
     out: list[tuple[bool, object]] = []
     while len(out) < len(calls):
-        fatal, res, stop, _ = _child(code, calls[len(out):], timeout_s, memory_mb, site)
+        fatal, res, stop, _ = _child(code, calls[len(out):], timeout_s, memory_mb, site, scope)
         if fatal is not None:
             if not out:
                 return fatal, [(False, fatal)] * len(calls)
@@ -249,22 +259,42 @@ def _same(a, b) -> bool:
         return False
 
 
-def evaluate_answer(answer: str, reference: str, test_cases: list[str], **limits) -> TestReport:
-    """Score ``answer`` (code fences stripped) on ``test_cases`` against ``reference``'s outputs."""
+def _reference_limits(scoring: str, limits: dict) -> dict:
+    """How the reference runs under ``scoring`` (also its cache key: strict and official values never mix)."""
+    return {**limits, "scope": "per_call"} if scoring == "official" else limits
+
+
+def evaluate_answer(answer: str, reference: str, test_cases: list[str], *, scoring: str = "strict",
+                    **limits) -> TestReport:
+    """Score ``answer`` (code fences stripped) on ``test_cases`` against ``reference``'s outputs.
+
+    ``scoring`` "strict": the code runs once per child, every call sees its namespace, a test passes when the
+    answer's value equals the reference's (None included).  "official": the released rules (``_official``): banned
+    substrings score 0, the released fence split, the code re-executed per call with top-level names invisible
+    to its functions (the reference too), 1 s per answer call, and a reference value of None never passes."""
+    if scoring not in SCORINGS:
+        raise ValueError(f"unknown scoring {scoring!r}; choose one of {SCORINGS}")
     tests, n = list(test_cases), len(test_cases)
-    code = strip_code_fences(answer)
+    official = scoring == "official"
+    if official and (word := _official.banned(answer or "")):
+        return TestReport(0, n, [f"refused: contains {word!r}"] * n, f"refused: contains {word!r}")
+    code = _official.strip_fences(answer or "") if official else strip_code_fences(answer)
     if not code.strip():
         return TestReport(0, n, ["empty answer"] * n, "empty answer")
-    ref_fatal, expected = _expected(reference, tests, limits)
+    ref_limits = _reference_limits(scoring, limits)
+    ref_fatal, expected = _expected(reference, tests, ref_limits)
     if ref_fatal is not None:
         return TestReport(0, n, [f"reference failed: {ref_fatal}"] * n, f"reference failed: {ref_fatal}")
-    fatal, got = _run(code, tests, **limits)
+    # The reference keeps the configured budget (the released code gave it none); only the answer has the alarm.
+    fatal, got = _run(code, tests, **({**ref_limits, "timeout_s": _official.CALL_TIMEOUT_S} if official else limits))
     if fatal is not None:
         return TestReport(0, n, [fatal] * n, fatal)
     errors: list[str | None] = []
     for (ok_r, exp), (ok_a, val) in zip(expected, got):
         if not ok_r:
             errors.append(f"reference failed: {exp}")
+        elif official and exp is None:
+            errors.append("reference returned None")
         elif not ok_a:
             errors.append(val)
         else:
@@ -272,7 +302,7 @@ def evaluate_answer(answer: str, reference: str, test_cases: list[str], **limits
     return TestReport(sum(e is None for e in errors), n, errors, None)
 
 
-def evaluate_many(items: list[tuple[str, str, list[str]]], *, workers: int | None = None,
+def evaluate_many(items: list[tuple[str, str, list[str]]], *, workers: int | None = None, scoring: str = "strict",
                   **limits) -> list[TestReport]:
     """``evaluate_answer`` over (answer, reference, tests) items, in parallel (``workers`` children at a time,
     default ``os.cpu_count()``; each waits on its own child, so a looping answer holds one worker for its own
@@ -280,9 +310,12 @@ def evaluate_many(items: list[tuple[str, str, list[str]]], *, workers: int | Non
     to the same task do not leave workers waiting on one reference child."""
     if not items:
         return []
+    if scoring not in SCORINGS:
+        raise ValueError(f"unknown scoring {scoring!r}; choose one of {SCORINGS}")
     workers = workers or os.cpu_count() or 1
     refs = list(dict.fromkeys((ref, tuple(tests)) for _, ref, tests in items))
+    ref_limits = _reference_limits(scoring, limits)
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(items)))) as pool:
-        for _ in pool.map(lambda rt: _expected(rt[0], list(rt[1]), limits), refs):
+        for _ in pool.map(lambda rt: _expected(rt[0], list(rt[1]), ref_limits), refs):
             pass
-        return list(pool.map(lambda it: evaluate_answer(it[0], it[1], it[2], **limits), items))
+        return list(pool.map(lambda it: evaluate_answer(it[0], it[1], it[2], scoring=scoring, **limits), items))

@@ -4,7 +4,8 @@ Started as ``python -S -P -B _child.py REQ_FD RES_FD`` in a fresh session and te
 parent's messages are trusted; length-prefixed marshal on REQ_FD):
   parent -> child  {"code", "cfg"}       the child confines itself (:mod:`_confine`), reports it, then
   child -> parent  {"iso": [layers]}     (one JSON line on RES_FD) execs the code, and says
-  child -> parent  {"ready": 1}  or  {"fatal": reason}
+  child -> parent  {"ready": 1}  or  {"fatal": reason}      (cfg "scope" "per_call": compiles it only; each
+                                                            call then execs it anew, see ``main``)
   parent -> child  (nonce, call)         one call at a time, each with a fresh random nonce, sent only after the
   child -> parent  {"n": nonce, "ok": 1, "v": value} | {"n": nonce, "ok": 0, "e": reason}   previous result
 Everything after ``exec(code)`` is assumed compromised.  The answer can find and write to RES_FD, but the nonce of
@@ -149,9 +150,12 @@ def main():
     _stub("netns" in layers)
     del sys.argv[1:], confinement
     _emit(fd, {"iso": layers}, max_line)  # before the answer runs, so the parent can trust this line
+    per_call = cfg.get("scope") == "per_call"
     ns = {"__name__": "__colbench_answer__", "__builtins__": __builtins__}
     try:
-        exec(compile(req.pop("code"), "<answer>", "exec"), ns)
+        code = compile(req.pop("code"), "<answer>", "exec")
+        if not per_call:
+            exec(code, ns)
     except BaseException as e:
         _emit(fd, {"fatal": _reason(e)}, max_line)
         os._exit(0)
@@ -161,11 +165,21 @@ def main():
         if msg is None:
             os._exit(0)  # skip atexit hooks the answer may have registered
         nonce, call = msg
+        scope, calling = ns, True
         try:
-            value = eval(compile(call, "<test>", "eval"), ns)
+            if per_call:
+                # The released evaluation's semantics (`exec(code)` then `eval(test)` inside a function, per test),
+                # written out so no interpreter version changes them: the code runs anew with its top-level names
+                # in a locals dict apart from its globals, so its own functions cannot see them (a helper, an
+                # import, the function itself when recursive: NameError), while the test call can.
+                ns, scope, calling = {"__name__": "__colbench_answer__", "__builtins__": __builtins__}, {}, False
+                exec(code, ns, scope)
+                calling = True
+            value = eval(compile(call, "<test>", "eval"), ns, scope)
         except BaseException as e:
             reason = _reason(e)
-            if isinstance(e, NameError) and not any(isinstance(x, type(_reason)) for x in list(ns.values())):
+            if calling and isinstance(e, NameError) and not any(isinstance(x, type(_reason))
+                                                                for x in list(scope.values())):
                 reason = "no function defined"
             _emit(fd, {"n": nonce, "ok": 0, "e": reason}, max_line)
             continue

@@ -25,8 +25,11 @@ _ENGINE = ("engine.backend", "engine.llamacpp_parallel", "engine.llamacpp_ctx_pe
 _LAUNCH = ("engine.launcher", "engine.accelerate_config", "engine.num_processes")
 
 GENERATE = Stage("generate_tasks", generate_tasks, ("task_family", "tasks", "api.base_url"))
+# Collection scores its episodes by evaluate.scoring (one rule for training rewards and evaluation); the evaluate
+# stage has it through its whole section.
 COLLECT = Stage("collect_trajectories", collect_trajectories,
-                ("models.policy", "models.simulator", "api.base_url", "collect") + _FAMILY + _ENGINE)
+                ("models.policy", "models.simulator", "api.base_url", "collect", "evaluate.scoring")
+                + _FAMILY + _ENGINE)
 PAIRS = Stage("build_preference_pairs", build_preference_pairs, ("pairs",))
 CRITIC = Stage("train_critic", train_critic, ("models.critic_base", "critic") + _LAUNCH)
 CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates, ("models.policy", "candidates") + _ENGINE)

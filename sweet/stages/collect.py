@@ -42,7 +42,8 @@ def used_marker(traj: dict) -> bool:
 
 
 def import_offline(cfg, out: Path) -> list[dict]:
-    """The official offline trajectories instead of a rollout; rows without a reward are scored in the sandbox."""
+    """The official offline trajectories instead of a rollout; rows without a reward are scored in the sandbox
+    with `evaluate.scoring` (the others keep the released evaluation's, which the `scoring` column says)."""
     from sweet.colbench.official import read_offline_trajectories
     from sweet.sandbox import evaluate_many
 
@@ -52,9 +53,10 @@ def import_offline(cfg, out: Path) -> list[dict]:
     todo = [r for r in rows if r["reward"] is None]
     if todo:
         reports = evaluate_many([(r["answer"], by_id[r["task_id"]].ground_truth, by_id[r["task_id"]].test_cases)
-                                 for r in todo])
+                                 for r in todo], scoring=cfg.evaluate.scoring)
         for r, rep in zip(todo, reports):
-            r.update(reward=rep.reward, success=rep.success, tests_passed=rep.passed, error=rep.error)
+            r.update(reward=rep.reward, success=rep.success, tests_passed=rep.passed, error=rep.error,
+                     scoring=cfg.evaluate.scoring)
     write_rows([t.to_row() for t in tasks], out / "offline_tasks.parquet")
     return rows
 
@@ -80,7 +82,8 @@ def pending_episodes(cfg, out: Path, tasks_dir: str, shard: int = 0, n_shards: i
     """The episodes of this shard's tasks that have no file under `<out>/shards/` yet."""
     c, fam = cfg.collect, family(cfg)
     shards = Shards(Path(out) / "shards")
-    return [fam.episode(t, i, c.max_turns) for t in shard_tasks(fam.read_tasks(tasks_dir, "train"), shard, n_shards)
+    return [fam.episode(t, i, c.max_turns, scoring=cfg.evaluate.scoring)
+            for t in shard_tasks(fam.read_tasks(tasks_dir, "train"), shard, n_shards)
             for i in range(c.k) if not shards.done((t.task_id, i))]
 
 

@@ -46,8 +46,8 @@ def _evaluate_system(cfg, out: Path, tasks: list, name: str, system) -> tuple | 
         for mode in e.modes:
             method = f"{name}/{mode}"
             shards = Shards(out / "shards" / method)
-            todo = [fam.episode(t, i, e.max_turns, mode=mode) for t in tasks for i in range(e.n_samples)
-                    if not shards.done((t.task_id, i))]
+            todo = [fam.episode(t, i, e.max_turns, mode=mode, scoring=e.scoring) for t in tasks
+                    for i in range(e.n_samples) if not shards.done((t.task_id, i))]
             if not todo:
                 continue
             models = models or (system() if callable(system) else

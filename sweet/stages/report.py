@@ -1,8 +1,9 @@
 """Reporting evaluation results: per-(method, mode) summaries with 95% intervals, the markdown tables, the chart,
 and the cross-run comparison of every method evaluated on the same tasks under the same protocol.
 
-Backend rows are scored by tests passed, frontend rows by page similarity (the metric's name travels with every
-row, and a frontend table also gives the win rate against `frontend.win_rate_baseline`).
+Backend rows are scored by tests passed, under the rules their `scoring` column names (`evaluate.scoring`, a column
+of the backend tables too); frontend rows by page similarity (the metric's name travels with every row, and a
+frontend table also gives the win rate against `frontend.win_rate_baseline`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ def is_frontend(rows: list[dict]) -> bool:
     return bool(rows) and rows[0].get("metric", "tests passed") != "tests passed"
 
 
+def scoring_of(rows: list[dict]) -> str:
+    """The test-scoring rules of backend rows ("strict", "official", or "mixed (...)"); rows written before the
+    setting existed were scored by the only rules there were, "strict"."""
+    kinds = sorted({x.get("scoring") or "strict" for x in rows})
+    return kinds[0] if len(kinds) == 1 else f"mixed ({', '.join(kinds)})"
+
+
 def summarize(rows: list[dict]) -> dict:
     """Backend: % tests passed (mean reward), success rate (all tests pass) and mean turns; frontend: mean page
     similarity (with its metric's name). Normal-approximation 95% intervals over episodes. Episodes that ended on
@@ -41,7 +49,8 @@ def summarize(rows: list[dict]) -> dict:
         return {"n": n, "similarity": statistics.fmean(r) if n else 0.0, "similarity_ci": _half(r) if n else 0.0,
                 "metric": rows[0]["metric"], "mean_turns": statistics.fmean(x["n_turns"] for x in rows) if n else 0.0,
                 "no_page": sum((x.get("error") or "").startswith("no page") for x in rows), "failed": failed}
-    return {"n": n, "tests_passed": 100 * statistics.fmean(r) if n else 0.0, "tests_passed_ci": 100 * _half(r) if n else 0.0,
+    return {"n": n, "scoring": scoring_of(rows),
+            "tests_passed": 100 * statistics.fmean(r) if n else 0.0, "tests_passed_ci": 100 * _half(r) if n else 0.0,
             "success_rate": 100 * statistics.fmean(s) if n else 0.0, "success_ci": 100 * _half(s) if n else 0.0,
             "mean_turns": statistics.fmean(x["n_turns"] for x in rows) if n else 0.0, "failed": failed,
             # Behaviour: share of episodes with at least one turn before the answer (a question), answer length.
@@ -90,11 +99,12 @@ def _by_task(rows: list[dict]) -> dict[str, float]:
 def results_table(summaries: dict[str, dict]) -> str:
     if any("similarity" in m for m in summaries.values()):
         return frontend_table(summaries)
-    lines = ["| method | mode | % tests passed | success rate | mean turns | episodes | API failures |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| method | mode | scoring | % tests passed | success rate | mean turns | episodes | API failures |",
+             "|---|---|---|---|---|---|---|---|"]
     for key, m in summaries.items():
         system, _, mode = key.partition("/")
-        lines.append(f"| {system} | {mode or 'multi_turn'} | {m['tests_passed']:.1f} ± {m['tests_passed_ci']:.1f} | "
+        lines.append(f"| {system} | {mode or 'multi_turn'} | {m['scoring']} | "
+                     f"{m['tests_passed']:.1f} ± {m['tests_passed_ci']:.1f} | "
                      f"{m['success_rate']:.1f} ± {m['success_ci']:.1f} | {m['mean_turns']:.2f} | {m['n']} | "
                      f"{m['failed']} |")
     return "\n".join(lines) + "\n\n(± is a 95% interval over episodes.)\n" + paired_table(summaries)
@@ -106,8 +116,8 @@ def paired_table(summaries: dict[str, dict]) -> str:
     if not rows:
         return ""
     base = rows[0][1]["baseline"]
-    lines = [f"\n| method | mode | Δ % tests passed vs {base} | Δ success rate vs {base} | tasks paired | "
-             "asked (% episodes) | mean turns | answer chars |", "|---|---|---|---|---|---|---|---|"]
+    lines = [f"\n| method | mode | scoring | Δ % tests passed vs {base} | Δ success rate vs {base} | tasks paired | "
+             "asked (% episodes) | mean turns | answer chars |", "|---|---|---|---|---|---|---|---|---|"]
     for key, m in summaries.items():
         system, _, mode = key.partition("/")
         if "delta_tests_passed" in m:
@@ -119,8 +129,8 @@ def paired_table(summaries: dict[str, dict]) -> str:
             paired = "—"
         else:
             continue
-        lines.append(f"| {system} | {mode or 'multi_turn'} | {tp} | {sr} | {paired} | {m.get('asked_rate', 0):.1f} | "
-                     f"{m['mean_turns']:.2f} | {m.get('answer_chars', 0):.0f} |")
+        lines.append(f"| {system} | {mode or 'multi_turn'} | {m['scoring']} | {tp} | {sr} | {paired} | "
+                     f"{m.get('asked_rate', 0):.1f} | {m['mean_turns']:.2f} | {m.get('answer_chars', 0):.0f} |")
     return "\n".join(lines) + ("\n\n(Δ = mean over held-out tasks of the system's per-task mean minus the baseline's, in "
                               "points; [95% bootstrap interval over tasks]. An interval that excludes 0 is a difference "
                               "the data can tell.)\n")
