@@ -24,10 +24,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sweet.colbench import lite  # noqa: E402
-from sweet.colbench.backend import ANSWER_MARK, LAST_TURN_NOTE  # noqa: E402
+from sweet.colbench.backend import ANSWER_MARK  # noqa: E402
 from sweet.colbench.tasks import bundled_path  # noqa: E402
 
 ECHO_SIMILARITY = 0.6
+# The episode's last-turn note, whichever wording the collection used (it changed on 2026-12-01).
+LAST_NOTE = re.compile(r"\n\n\(This is your last turn[^\n]*\)$")
 
 
 def first_kind(text: str) -> str:
@@ -79,7 +81,7 @@ def main(argv=None) -> int:
             stub_multi += stub
         for m, reply in zip(msgs[1:], msgs[2:]):
             if m["role"] == "assistant" and reply["role"] == "user":
-                text = reply["content"].replace(LAST_TURN_NOTE, "")
+                text = LAST_NOTE.sub("", reply["content"])
                 replies += 1
                 echoes += difflib.SequenceMatcher(None, m["content"][:200], text[:200]).ratio() > ECHO_SIMILARITY
                 stated += any(lite.states_value(text, v) for v in values.get(r["task_id"], []))

@@ -53,7 +53,10 @@ SIM_DECISIONS = (
 # the prompt a batched turn must prefill.
 SIM_VIEW_CHARS = 600
 
-LAST_TURN_NOTE = f"\n\n(This is your last turn: reply with {ANSWER_MARK} and the complete function.)"
+# Asks for the body: with "the complete function" alone, 17 of 64 multi-turn episodes of a laptop collection ended
+# with a bodiless answer (`I WANT TO ANSWER: def f(x):`, scripts/dialogue_failures.py).
+LAST_TURN_NOTE = (f"\n\n(This is your last turn: write the line {ANSWER_MARK} and then the whole function, its body "
+                  "included, in a ```python block.)")
 
 # The paper's single-turn rows: the same task, but the agent cannot ask; its first response is the answer.
 SINGLE_TURN_PROMPT = (
@@ -123,10 +126,15 @@ class Episode:
         return sum(m["role"] == "assistant" for m in self.messages)
 
     def simulator_view(self) -> list[dict]:
-        """The simulator sees the hidden code and the dialogue with the roles swapped (the agent is its 'user')."""
+        """The simulator sees the hidden code and the dialogue with the roles swapped (the agent is its 'user').
+
+        Chat turns, not the released environment's single transcript message: given the dialogue as a transcript
+        (`Agent: ... / You: ...` in one user message), the 0.5B simulator stated the asked value in 57 of 72 scripted
+        questions on 40 lite train tasks against 66 of 72 as chat turns (scripts/simulator_accuracy.py, laptop
+        profile); it answered the instructions or "the agent's last message" instead of the question."""
         conv = [{"role": "system", "content": simulator_system(self.task)}]
         for m in self.messages[1:]:
-            content = m["content"].replace(LAST_TURN_NOTE, "")
+            content = m["content"].replace(self.LAST_NOTE, "")
             if m["role"] == "assistant" and len(content) > SIM_VIEW_CHARS:
                 content = content[:SIM_VIEW_CHARS] + " [...]"
             conv.append({"role": "user" if m["role"] == "assistant" else "assistant", "content": content})
