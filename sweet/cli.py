@@ -90,7 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _terminate(signum, frame):
+    # Later signals are ignored while this one unwinds: a second `kill` would otherwise interrupt the clean-up itself
+    # (it left Prefect's temporary API server running). SIGKILL still ends a clean-up that hangs.
+    signal.signal(signal.SIGTERM, _stopping)
     raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
+def _stopping(signum, frame):
+    print(f"sweet: signal {signum} ignored: already stopping (SIGKILL to end now)", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

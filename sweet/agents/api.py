@@ -118,6 +118,7 @@ class ChatAPI:
             limits=httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency),
             follow_redirects=False, trust_env=not loopback)  # a loopback server is never reached through a proxy
         self._lock = threading.Lock()
+        self._stopping = threading.Event()  # set when a generate() call is interrupted: no retry, no recovery
         self.stats = {"requests": 0, "attempts": 0, "retries": 0, "failures": 0, "prompt_tokens": 0,
                       "completion_tokens": 0}
 
@@ -163,8 +164,17 @@ class ChatAPI:
         if workers == 1:
             groups = [one(i) for i in range(len(conversations))]
         else:
-            with ThreadPoolExecutor(workers, thread_name_prefix="chatapi") as pool:
+            pool = ThreadPoolExecutor(workers, thread_name_prefix="chatapi")
+            try:
                 groups = list(pool.map(one, range(len(conversations))))
+            except BaseException:
+                # Ctrl-C or `kill` (a KeyboardInterrupt here): drop the queued requests rather than serve them all
+                # (`with` would wait for every one), and stop retrying the few in flight, so the caller unwinds and
+                # stops its server at once.
+                self._stopping.set()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown()
         return [s for group in groups for s in group]
 
     def _count(self, **deltas) -> None:
@@ -212,6 +222,8 @@ class ChatAPI:
                 return self._fail("unsupported protocol", attempts)
             except httpx.TransportError as e:
                 what = f"connection error ({type(e).__name__})"
+                if self._stopping.is_set():
+                    return self._fail(f"{what} while stopping", attempts)
                 if self.recover is not None:  # a local server: bring it back, then retry this request once
                     if recovered:
                         return self._fail(f"{what} again after the server was recovered", attempts)
@@ -231,7 +243,7 @@ class ChatAPI:
                 if r.status_code != 429 and r.status_code < 500:
                     return self._fail(what, attempts)  # the request itself is wrong: retrying cannot help
                 wait = _retry_after(r.headers)
-            if attempts > self.max_retries:
+            if attempts > self.max_retries or self._stopping.is_set():
                 return self._fail(what, attempts)
             if wait is None:
                 wait = self.backoff_s * 2 ** (attempts - 1) * random.uniform(0.5, 1.5)
