@@ -7,9 +7,11 @@ the question as the agent's first message; greedy decoding; the reply cut like a
 it states the decision's value (`sweet.colbench.lite.states_value`: '$0.25', '25 cents', '15%' / '0.15', '6pm',
 number words, quoted strings...) and holds no code. Both conditions are measured on the same questions: the prompt
 as it is (the plain-words decisions listed beside the code) and without the decisions (code only, the prompt every
-other task gets).
+other task gets). `--view` picks how the dialogue is laid out (`backend.simulator_view`: chat turns, or one
+transcript message as the released environment); the default is the profile's.
 
     OMP_NUM_THREADS=2 .venv/bin/python scripts/simulator_accuracy.py --n 40
+    OMP_NUM_THREADS=2 .venv/bin/python scripts/simulator_accuracy.py --n 40 --profile laptop --view transcript
 
 The simulator is `models.simulator` of the profile (tiny: Qwen2.5-Coder-0.5B-Instruct, converted into
 artifacts/models on first use). Replies go to --out as JSONL.
@@ -28,8 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def build_queries(records: list[dict], tasks: dict) -> list[dict]:
-    """One query per (task, decision): the question, the value it should get, and both simulator views."""
+def build_queries(records: list[dict], tasks: dict, view: str = "chat") -> list[dict]:
+    """One query per (task, decision): the question, the value it should get, and both simulator views (laid out
+    as `view`)."""
     from sweet.colbench.backend import Episode
 
     out = []
@@ -38,7 +41,7 @@ def build_queries(records: list[dict], tasks: dict) -> list[dict]:
         for i, (q, v) in enumerate(zip(rec["questions"], rec["decision_values"])):
             views = {}
             for cond, t in (("with_decisions", task), ("code_only", dataclasses.replace(task, decisions=[]))):
-                e = Episode(t, 0, max_turns=2)
+                e = Episode(t, 0, max_turns=2, sim_view=view)
                 e.messages.append({"role": "assistant", "content": q})
                 views[cond] = e.simulator_view()
             out.append({"task_id": rec["task_id"], "template": rec.get("template", ""), "decision": i,
@@ -61,6 +64,8 @@ def main(argv=None) -> int:
                     help="reply tokens (default: the profile's collect.sim_max_new_tokens)")
     ap.add_argument("--conditions", default="with_decisions,code_only",
                     help="comma list of with_decisions, code_only")
+    ap.add_argument("--view", choices=("chat", "transcript"), default=None,
+                    help="how the simulator sees the dialogue (default: the profile's backend.simulator_view)")
     ap.add_argument("--out", type=Path, default=ROOT / "artifacts" / "lite" / "simulator_accuracy.jsonl")
     a = ap.parse_args(argv)
 
@@ -75,11 +80,12 @@ def main(argv=None) -> int:
     records = sorted((r for _, r in read_records(bundled_path("bundled:lite")) if r["split"] == a.split),
                      key=lambda r: r["task_id"])[:a.n]
     tasks = {t.task_id: t for t in load_tasks("bundled:lite")}
-    queries = build_queries(records, tasks)
+    view = a.view or cfg.backend.simulator_view
+    queries = build_queries(records, tasks, view)
     conds = [c for c in a.conditions.split(",") if c]
     max_new = a.max_new_tokens or cfg.collect.sim_max_new_tokens
     print(f"{len(records)} {a.split} tasks, {len(queries)} questions, simulator {cfg.models.simulator}, "
-          f"{max_new} tokens, greedy", flush=True)
+          f"{max_new} tokens, greedy, {view} view", flush=True)
     t0 = time.monotonic()
     sim = load_chat(cfg.models.simulator, cfg, batch=a.batch)
     t_load = time.monotonic() - t0

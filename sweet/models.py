@@ -317,6 +317,16 @@ def load_model(path: str | Path, device: str = "cpu", dtype=None):
     return model.to(dev).eval()
 
 
+def trained_actor(policy: str, actor_dir: str | Path) -> tuple[str, str | None]:
+    """(model ref, adapter) that generates as an actor stage's output: the base policy plus the actor's LoRA adapter,
+    or the actor's folder itself when it holds a whole fine-tuned model (`actor.lora=false`), which every engine
+    then serves as a model of its own (transformers and vLLM load it, llama.cpp converts it to GGUF once)."""
+    d = Path(actor_dir)
+    if not (d / "adapter_config.json").is_file() and (d / "config.json").is_file():
+        return str(d), None
+    return policy, str(d)
+
+
 def load_policy(base_model: str | Path, adapter_dir: str | Path | None = None, device: str = "auto"):
     """Model for generation: the base, with a trained LoRA adapter (an actor's output) merged in, so generation
     pays no adapter overhead per token. The merge happens before the model moves to `device`."""

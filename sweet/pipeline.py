@@ -48,6 +48,7 @@ def _launched(data: dict) -> bool:
 # a single-process training stage not on how `accelerate launch` would have spread it.
 COUNTS_ONLY_IF: dict[str, Callable[[dict], bool]] = {
     "frontend": lambda data: data["task_family"] == "frontend",
+    "backend": lambda data: data["task_family"] == "backend",  # the frontend's simulator reads pages, not dialogue
     "evaluate.scoring": lambda data: data["task_family"] == "backend",  # collected pages are not scored by tests
     "engine.llamacpp_parallel": _llamacpp, "engine.llamacpp_ctx_per_slot": _llamacpp,
     "engine.launcher": _launched, "engine.accelerate_config": _launched, "engine.num_processes": _launched,

@@ -125,3 +125,42 @@ def test_official_pair_rule_needs_a_success_and_pairs_the_best_with_every_worse(
         ("a__1", "a__0"), ("a__1", "a__2"), ("a__3", "a__0"), ("a__3", "a__2"), ("b__0", "b__1")}
     with pytest.raises(ValueError, match="rule"):
         make_pairs(trajs, 0.0, 8, rule="best")
+
+
+def _asked_and_answered(view: str) -> Episode:
+    """An episode of 3 turns after one exchange, its last reply carrying the last-turn note, its question long."""
+    e = Episode(TASK, 0, 2, sim_view=view)
+    e.messages += [{"role": "assistant", "content": "Should I add one? " + "x" * 700},
+                   {"role": "user", "content": "Yes, add one." + LAST_TURN_NOTE},
+                   {"role": "assistant", "content": "And for negatives?"}]
+    return e
+
+
+def test_simulator_view_chat_swaps_roles_and_transcript_is_one_message():
+    from sweet.colbench.backend import SIM_TRANSCRIPT, SIM_VIEW_CHARS, simulator_system
+
+    chat = _asked_and_answered("chat").simulator_view()
+    assert [m["role"] for m in chat] == ["system", "user", "assistant", "user"]
+    assert chat[0]["content"] == simulator_system(TASK)
+    assert chat[1]["content"] == "Should I add one? " + "x" * (SIM_VIEW_CHARS - 18) + " [...]"
+    assert chat[2]["content"] == "Yes, add one."  # the note is the agent's, never shown to the simulator
+    transcript = _asked_and_answered("transcript").simulator_view()
+    assert [m["role"] for m in transcript] == ["system", "user"] and transcript[0] == chat[0]
+    text = transcript[1]["content"]
+    dialogue = f"Agent: {chat[1]['content']}\n\nYou: Yes, add one.\n\nAgent: And for negatives?"
+    assert text == SIM_TRANSCRIPT.format(transcript=dialogue)
+    assert "last turn" not in text and TASK.problem_description not in text  # the task stays in the system message
+    with pytest.raises(ValueError, match="simulator view"):
+        Episode(TASK, 0, 2, sim_view="released")
+
+
+def test_the_view_reaches_the_simulator_in_a_rollout():
+    from sweet.colbench.registry import family
+
+    seen = []
+    sim = ScriptedLM(lambda conv: seen.append(conv) or "Add one.")
+    eps = [family("backend").episode(TASK, 0, 3, sim_view="transcript")]
+    rollout(eps, ScriptedLM(agent_script), sim, max_new_tokens=8, sim_max_new_tokens=8, temperature=0.0)
+    assert eps[0].success and len(seen) == 1
+    assert [m["role"] for m in seen[0]] == ["system", "user"]
+    assert seen[0][1]["content"].startswith("The conversation so far") and "Agent: Should I add" in seen[0][1]["content"]

@@ -111,3 +111,50 @@ def test_laptop_profile_runs_the_lite_tier_with_room_to_learn():
     assert cfg.models.critic_base == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
     # candidates long enough to hold a whole answer (the micro diagnosis: cut-off candidates teach prose)
     assert cfg.candidates.max_new_tokens >= cfg.collect.max_new_tokens
+
+
+@pytest.mark.parametrize("name", ["paper-backend", "paper", "paper-frontend", "paper-eq"])
+def test_paper_profiles_load_the_released_recipe(name):
+    """The paper profiles' recipe (README, Fidelity): full fine-tuning at 2e-7, the released critic, optimiser,
+    actor NLL, baseline epochs / batch, evaluation sampling and simulator view."""
+    cfg = load_config(name)
+    c, a, e = cfg.critic, cfg.actor, cfg.evaluate
+    for section in (c, a):  # the released optimiser, in both training stages
+        assert (section.schedule, section.min_lr_ratio, section.warmup_ratio) == ("cosine", 0.1, 0.03)
+        assert section.adam_betas == (0.9, 0.95) and section.lora is False and section.lr == 2e-7
+    if name == "paper-eq":  # the paper's Eq. 2-3 critic with its NLL term, in its own experiment
+        assert (c.variant, c.nll_coef, cfg.experiment) == ("paper", 0.01, "paper-eq")
+    else:  # the released critic: one token mean, no NLL term
+        assert (c.variant, c.nll_coef) == ("official", 0.0)
+    assert c.epochs == (8 if name == "paper-frontend" else 4)
+    assert (a.beta, a.nll_coef, a.nll_scope, a.epochs) == (0.1, 0.01, "sequence", 1)
+    rft, mt_dpo, sweet = (a.for_method(m) for m in ("rft", "mt_dpo", "sweet"))
+    assert (rft.epochs, rft.grad_accum, mt_dpo.epochs, mt_dpo.grad_accum) == (4, 4, 8, 1)
+    assert sweet == a and a.batch_size * a.grad_accum == 1 and rft.batch_size * rft.grad_accum * 8 == 32
+    assert e.temperature == 1.0 and e.n_samples >= 2 and e.max_turns == 10
+    if cfg.task_family == "backend":
+        assert cfg.backend.simulator_view == "transcript" and e.scoring == "official"
+
+
+def test_cpu_profiles_keep_lora_greedy_chat_and_transformers_optimiser():
+    for name in ("tiny", "laptop", "micro"):
+        cfg = load_config(name)
+        assert cfg.actor.lora and cfg.critic.lora and cfg.actor.nll_scope == "action"
+        assert cfg.backend.simulator_view == "chat"
+        for section in (cfg.critic, cfg.actor):
+            assert (section.schedule, section.warmup_ratio, section.adam_betas) == ("linear", 0.0, (0.9, 0.999))
+    assert load_config("tiny").evaluate.temperature == 0.0  # greedy; the laptop samples (paired comparison)
+    assert load_config("tiny", ["actor.rft_epochs=3"]).actor.for_method("rft").epochs == 3
+    assert load_config("tiny", ["actor.rft_epochs=3"]).actor.for_method("sweet").epochs == 1
+    with pytest.raises(ValidationError):
+        load_config("tiny", ["critic.adam_betas=[0.9, 1.5]"])
+
+
+def test_the_simulator_view_counts_in_backend_fingerprints_only():
+    from sweet.stages import plan
+    chat, transcript = plan(load_config("tiny")), plan(load_config("tiny", ["backend.simulator_view=transcript"]))
+    changed = {s for s in chat if chat[s] != transcript[s]}
+    assert {"collect_trajectories", "evaluate"} <= changed and "generate_tasks" not in changed
+    f1 = plan(load_config("tiny", ["task_family=frontend"]))
+    f2 = plan(load_config("tiny", ["task_family=frontend", "backend.simulator_view=transcript"]))
+    assert f1 == f2  # the frontend's simulator compares pages; it reads no dialogue

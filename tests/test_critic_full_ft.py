@@ -56,7 +56,7 @@ def test_trainer_moves_every_weight_and_keeps_the_reference_frozen(tiny_dir, tmp
 
 def test_untrained_full_ft_critic_scores_zero(tiny_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
-    critic = C.FullFTCritic(model, copy.deepcopy(model))
+    critic = C.FullFTModel(model, copy.deepcopy(model))
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     assert C.score_candidates(critic, tok, dialogue(2)[:-1], CANDS, INFO) == [0.0] * len(CANDS)
 
@@ -73,7 +73,7 @@ def test_train_critic_full_ft_resumes_saves_and_round_trips(tiny_dir, tmp_path):
     conf = json.loads((out / "critic_config.json").read_text())
     assert conf["lora"] is False and conf["head"] == "lm" and conf["base_model"] == tiny_dir
     model, tok = C.load_critic(out, "cpu")
-    assert isinstance(model, C.FullFTCritic)
+    assert isinstance(model, C.FullFTModel)
     base = state(AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32))
     assert all(torch.equal(v, base[k]) for k, v in state(model.reference).items())  # reference = initial weights
     hist = pairs[0]["chosen"][:-1]

@@ -48,7 +48,8 @@ def test_paper_profiles_load_with_the_paper_settings(name, monkeypatch):
     monkeypatch.delenv("SWEET_SIMULATOR_URL", raising=False)
     cfg = load_config(name)
     assert cfg.profile == name and cfg.models.policy == cfg.models.critic_base == "meta-llama/Llama-3.1-8B-Instruct"
-    assert (cfg.critic.lora, cfg.critic.lr, cfg.critic.beta, cfg.critic.nll_coef) == (False, 2e-7, 0.1, 0.01)
+    # The released critic (no NLL term); the recipe as a whole: tests/test_config.py
+    assert (cfg.critic.lora, cfg.critic.lr, cfg.critic.beta, cfg.critic.nll_coef) == (False, 2e-7, 0.1, 0.0)
     assert (cfg.actor.beta, cfg.actor.nll_coef, cfg.actor.epochs) == (0.1, 0.01, 1)
     assert (cfg.candidates.n, cfg.candidates.temperature) == (16, 1.0)
     assert cfg.collect.max_turns == cfg.evaluate.max_turns == 10

@@ -1,5 +1,7 @@
-"""SWEET-RL actor: pick (chosen, rejected) candidate actions by critic score, then DPO + NLL on turn-level pairs
-(`losses.dpo_nll_loss`, run by TRL's DPOTrainer)."""
+"""SWEET-RL actor: pick (chosen, rejected) candidate actions by critic score, then DPO + NLL on turn-level pairs:
+`losses.dpo_nll_loss` run by TRL's DPOTrainer (`nll_scope='action'`), or, as the released actor run, the NLL over the
+whole chosen sequence (`nll_scope='sequence'`, `SequenceNLLTrainer`). A LoRA (reference = adapter disabled) or the
+whole model against a frozen copy of its initial weights (`cfg.lora=False`, the paper's full fine-tuning)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,16 @@ import json
 import random
 from pathlib import Path
 
+import torch
 from datasets import Dataset
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, TrainingArguments
 from trl import DPOConfig, DPOTrainer
 
-from sweet.algos.dialogue import encode_all, fit_dialogue
-from sweet.algos.training import (checkpoint_dir, load_base_model, local_model_path, lora_config, run_training,
-                                  training_kwargs)
+from sweet.algos.critic import token_logps
+from sweet.algos.dialogue import encode_all, fit_dialogue, mask_from_lengths, pad_rows, tokenize_dialogue
+from sweet.algos.losses import dpo_loss, sequence_nll_loss, trajectory_logps
+from sweet.algos.training import (LossTrainer, checkpoint_dir, local_model_path, lora_config, run_training,
+                                  trainable_model, training_kwargs)
 from sweet.config import ActorConfig
 
 DONE_FILE = "actor_config.json"  # written last into `out_dir/actor` (by every actor method): the output is complete
@@ -64,28 +69,103 @@ def build_dpo_dataset(tokenizer, rows: list[dict], max_length: int) -> Dataset:
     return Dataset.from_list(data)
 
 
-def dpo_trainer(rows: list[dict], base_model: str, out_dir: Path, cfg: ActorConfig, callbacks=(),
-                device: str = "auto"):
-    """(DPOTrainer, tokenizer) for the SWEET-RL actor: `losses.dpo_nll_loss` (Eq. 4's DPO with beta, plus nll_coef
-    times the chosen action's mean token NLL) as TRL computes it, on a LoRA whose reference is the adapter disabled."""
+def _tokenizer(base_model: str):
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def dpo_trainer(rows: list[dict], base_model: str, out_dir: Path, cfg: ActorConfig, callbacks=(),
+                device: str = "auto"):
+    """(trainer, tokenizer) for the SWEET-RL actor. nll_scope 'action': TRL's DPOTrainer optimising
+    `losses.dpo_nll_loss` (Eq. 4's DPO with beta, plus nll_coef times the chosen action's mean token NLL); 'sequence':
+    `SequenceNLLTrainer`. The reference is the LoRA's adapter disabled, or a frozen copy under full fine-tuning."""
+    if cfg.nll_scope == "sequence":
+        return sequence_trainer(rows, base_model, out_dir, cfg, callbacks, device)
+    tokenizer = _tokenizer(base_model)
     dataset = build_dpo_dataset(tokenizer, rows, cfg.max_length)
     # No rpo_alpha in TRL 1.16: the "sft" loss term is the chosen completion's mean token NLL.
     losses = (["sigmoid", "sft"], [1.0, cfg.nll_coef]) if cfg.nll_coef > 0 else (["sigmoid"], [1.0])
     args = DPOConfig(**training_kwargs(cfg, checkpoint_dir(out_dir), device), beta=cfg.beta, loss_type=losses[0],
                      loss_weights=losses[1], max_length=cfg.max_length)
-    model = load_base_model(base_model, cfg.seed, device)  # TRL adds the LoRA (peft_config) after this seeding
-    trainer = DPOTrainer(model=model, ref_model=None, args=args, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=lora_config(cfg.lora_r, cfg.lora_alpha), callbacks=list(callbacks))
+    model, ref = trainable_model(base_model, cfg, device, add_lora=False)  # TRL adds a LoRA after this seeding
+    trainer = DPOTrainer(model=model, ref_model=ref, args=args, train_dataset=dataset, processing_class=tokenizer,
+                         peft_config=lora_config(cfg.lora_r, cfg.lora_alpha) if cfg.lora else None,
+                         callbacks=list(callbacks))
+    return trainer, tokenizer
+
+
+# ------------------------------------------------------------------------------ NLL over the chosen sequence
+def sequence_row(tokenizer, i: int, row: dict, max_length: int) -> dict:
+    """Row `i` for nll_scope 'sequence': prompt (shortened by `fit_prompt`) + each action, tokenized whole, with
+    each action's span (its content + end of turn, the tokens the policy emits)."""
+    r = dpo_row(tokenizer, i, row, max_length)
+    out = {}
+    for side in ("chosen", "rejected"):
+        tok = tokenize_dialogue(tokenizer, r["prompt"] + r[side])
+        out[f"{side}_ids"], out[f"{side}_span"] = tok["input_ids"], tok["turn_spans"][-1]
+    return out
+
+
+def collate_sequences(rows: list[dict], pad_id: int) -> dict:
+    """Chosen rows first, then rejected, right-padded; `action_mask` marks each action's tokens, `nll_mask` every
+    token a log-prob exists for (all but the first) of each row."""
+    ids = [r["chosen_ids"] for r in rows] + [r["rejected_ids"] for r in rows]
+    spans = [r["chosen_span"] for r in rows] + [r["rejected_span"] for r in rows]
+    attn = mask_from_lengths([len(i) for i in ids])
+    action = torch.zeros_like(attn)
+    for k, (s, e) in enumerate(spans):
+        action[k, s:e] = 1
+    nll = attn.clone()
+    nll[:, 0] = 0
+    return {"input_ids": pad_rows(ids, pad_id), "attention_mask": attn, "action_mask": action, "nll_mask": nll}
+
+
+class SequenceNLLTrainer(LossTrainer):
+    """The actor's loss as the released run computes it: Eq. 4's DPO (`losses.dpo_loss`) on the actions' summed
+    log-probs (the shared history would cancel in it), plus nll_coef times `losses.sequence_nll_loss` over every
+    token of each chosen sequence, history included. The head runs on every position: a long history costs memory."""
+
+    def __init__(self, *args, beta: float, nll_coef: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.beta, self.nll_coef = beta, nll_coef
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        m, switch = self.policy_and_reference(model)
+        ids, attn, action, nll_mask = (inputs[k] for k in ("input_ids", "attention_mask", "action_mask", "nll_mask"))
+        logp = token_logps(m, ids, attn, nll_mask)
+        with torch.no_grad(), switch.disable_adapter():
+            ref = token_logps(m, ids, attn, action)
+        pol_seq, ref_seq, b = trajectory_logps(logp, action), trajectory_logps(ref, action), ids.shape[0] // 2
+        dpo, r_c, r_r = dpo_loss(pol_seq[:b], pol_seq[b:], ref_seq[:b], ref_seq[b:], self.beta)
+        nll = sequence_nll_loss(logp[:b], nll_mask[:b])
+        self.record({"dpo_loss": dpo.item(), "nll": nll.item(), "rewards/chosen": r_c.mean().item(),
+                     "rewards/rejected": r_r.mean().item(), "rewards/accuracies": (r_c > r_r).float().mean().item(),
+                     "rewards/margins": (r_c - r_r).mean().item(), "logps/chosen": pol_seq[:b].mean().item(),
+                     "logps/rejected": pol_seq[b:].mean().item()})
+        loss = dpo + self.nll_coef * nll
+        return (loss, {"rewards_chosen": r_c, "rewards_rejected": r_r}) if return_outputs else loss
+
+
+def sequence_trainer(rows: list[dict], base_model: str, out_dir: Path, cfg: ActorConfig, callbacks=(),
+                     device: str = "auto"):
+    """(SequenceNLLTrainer, tokenizer) on (prompt, chosen, rejected) rows."""
+    tokenizer = _tokenizer(base_model)
+    data = encode_all(list(enumerate(rows)), lambda ir: sequence_row(tokenizer, *ir, cfg.max_length), "train_dpo",
+                      cfg.max_length, "rows")
+    model, ref = trainable_model(base_model, cfg, device)
+    args = TrainingArguments(**training_kwargs(cfg, checkpoint_dir(out_dir), device))
+    trainer = SequenceNLLTrainer(model=model, args=args, train_dataset=data, ref_model=ref, beta=cfg.beta,
+                                 nll_coef=cfg.nll_coef, callbacks=list(callbacks),
+                                 data_collator=lambda b: collate_sequences(b, tokenizer.pad_token_id))
     return trainer, tokenizer
 
 
 def train_dpo(rows: list[dict], base_model: str, out_dir: Path, cfg: ActorConfig, callbacks=(),
               device: str = "auto") -> Path:
-    """Stage 'train DPO actor': DPO (beta) + NLL on the chosen action, LoRA, reference = adapter disabled; returns
-    `out_dir/actor` (adapter + tokenizer + actor_config.json, which `sweet.models.load_policy` loads)."""
+    """Stage 'train DPO actor': DPO (beta) + NLL (`dpo_trainer`); returns `out_dir/actor`: a LoRA adapter, or the
+    whole model under full fine-tuning, + tokenizer + actor_config.json (`sweet.models.trained_actor` tells which)."""
     final = Path(out_dir) / "actor"
     if (final / DONE_FILE).exists():
         return final  # content-addressed output already complete

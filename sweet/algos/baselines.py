@@ -1,7 +1,8 @@
 """Baselines of the SWEET-RL paper (Table 2): rejection fine-tuning (RFT) and multi-turn DPO (MT-DPO).
 
-Both train a LoRA on the base LM and write it exactly like `actor.train_dpo` (`out_dir/actor` adapter + tokenizer +
-`actor_config.json`, here with a `"method"` key), so `sweet.models.load_policy` loads either. Their losses are
+Both train a LoRA on the base LM (or the whole model, `cfg.lora=False`: MT-DPO's reference is then a frozen copy of
+the initial weights) and write it exactly like `actor.train_dpo` (`out_dir/actor` + tokenizer + `actor_config.json`,
+here with a `"method"` key), so `sweet.models.load_policy` loads either. Their losses are
 `losses.sft_loss` (run by TRL's SFTTrainer) and `losses.mt_dpo_loss` + `losses.nll_loss`.
 Assistant tokens = every assistant turn's content tokens plus its end-of-turn token (`<|im_end|>`), never the
 `<|im_start|>assistant\\n` header, nor system/user tokens (see `sweet.algos.dialogue`).
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from peft import get_peft_model
 from transformers import AutoTokenizer, TrainingArguments
 from trl import SFTConfig, SFTTrainer
 
@@ -22,8 +22,8 @@ from sweet.algos.actor import DONE_FILE, write_actor_config
 from sweet.algos.critic import token_logps
 from sweet.algos.dialogue import encode_all, fit_dialogue, mask_from_lengths, pad_rows
 from sweet.algos.losses import mt_dpo_loss, nll_loss, trajectory_logps
-from sweet.algos.training import (LossTrainer, checkpoint_dir, load_base_model, local_model_path, lora_config,
-                                  run_training, training_kwargs)
+from sweet.algos.training import (LossTrainer, checkpoint_dir, local_model_path, run_training, trainable_model,
+                                  training_kwargs)
 from sweet.config import ActorConfig
 
 Messages = list[dict[str, str]]
@@ -68,10 +68,6 @@ def _setup(items, name: str, keys: tuple[str, ...], base_model: str):
     return tokenizer
 
 
-def _lora_model(base_model: str, cfg: ActorConfig, device: str):  # seeded before LoRA's A init
-    return get_peft_model(load_base_model(base_model, cfg.seed, device), lora_config(cfg.lora_r, cfg.lora_alpha))
-
-
 # ---------------------------------------------------------------------------------------------------- RFT
 def rft_trainer(trajectories: list[dict], base_model: str, out_dir: Path, cfg: ActorConfig, callbacks=(),
                 device: str = "auto"):
@@ -84,14 +80,15 @@ def rft_trainer(trajectories: list[dict], base_model: str, out_dir: Path, cfg: A
                       "train_rft", cfg.max_length)
     args = SFTConfig(**training_kwargs(cfg, checkpoint_dir(out_dir), device), max_length=cfg.max_length,
                      packing=False, padding_free=False, loss_type="nll")
-    trainer = SFTTrainer(model=_lora_model(base_model, cfg, device), args=args, train_dataset=Dataset.from_list(rows),
-                         processing_class=tokenizer, callbacks=list(callbacks))
+    model, _ = trainable_model(base_model, cfg, device, reference=False)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                         callbacks=list(callbacks))
     return trainer, tokenizer
 
 
 def train_rft(trajectories: list[dict], base_model: str, out_dir: Path, cfg: ActorConfig, callbacks=(),
               device: str = "auto") -> Path:
-    """Baseline 'rejection fine-tuning': SFT on the given (successful) trajectories, assistant tokens only, LoRA.
+    """Baseline 'rejection fine-tuning': SFT on the given (successful) trajectories, assistant tokens only.
 
     trajectories: `{"messages": [...]}`, first message (after an optional system one) a user message.
     Returns `out_dir/actor`; returns at once when that output is already complete.
@@ -134,18 +131,18 @@ def collate_dpo(rows: list[dict], pad_id: int) -> dict:
 
 class MultiTurnDPOTrainer(LossTrainer):
     """Trainer whose loss is `losses.mt_dpo_loss` + nll_coef * `losses.nll_loss` of tau+'s assistant tokens;
-    pi_ref = same model, adapter disabled."""
+    pi_ref = same model, adapter disabled (or the frozen copy under full fine-tuning)."""
 
     def __init__(self, *args, beta: float, nll_coef: float, **kwargs):
         super().__init__(*args, **kwargs)
         self.beta, self.nll_coef = beta, nll_coef
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        # Forward through `model` (it may be wrapped for DDP/FSDP/DeepSpeed); the adapter switch is on what it wraps.
+        m, switch = self.policy_and_reference(model)
         ids, attn, mask = inputs["input_ids"], inputs["attention_mask"], inputs["assistant_mask"]
-        logp = token_logps(model, ids, attn, mask)
-        with torch.no_grad(), self.accelerator.unwrap_model(model).disable_adapter():
-            ref = token_logps(model, ids, attn, mask)
+        logp = token_logps(m, ids, attn, mask)
+        with torch.no_grad(), switch.disable_adapter():
+            ref = token_logps(m, ids, attn, mask)
         pol_seq, ref_seq, b = trajectory_logps(logp, mask), trajectory_logps(ref, mask), ids.shape[0] // 2
         dpo, r_c, r_r = mt_dpo_loss(pol_seq[:b], pol_seq[b:], ref_seq[:b], ref_seq[b:], self.beta)
         nll = nll_loss(logp[:b], mask[:b])
@@ -166,7 +163,8 @@ def mt_dpo_trainer(pairs: list[dict], base_model: str, out_dir: Path, cfg: Actor
     rows = encode_all(pairs, lambda p: encode_dpo_pair(tokenizer, p, cfg.max_length), "train_mt_dpo",
                       cfg.max_length)
     args = TrainingArguments(**training_kwargs(cfg, checkpoint_dir(out_dir), device))
-    trainer = MultiTurnDPOTrainer(model=_lora_model(base_model, cfg, device), args=args, train_dataset=rows,
+    model, ref = trainable_model(base_model, cfg, device)
+    trainer = MultiTurnDPOTrainer(model=model, args=args, train_dataset=rows, ref_model=ref,
                                   data_collator=lambda b: collate_dpo(b, tokenizer.pad_token_id),
                                   callbacks=list(callbacks), beta=cfg.beta, nll_coef=cfg.nll_coef)
     return trainer, tokenizer
@@ -174,7 +172,7 @@ def mt_dpo_trainer(pairs: list[dict], base_model: str, out_dir: Path, cfg: Actor
 
 def train_mt_dpo(pairs: list[dict], base_model: str, out_dir: Path, cfg: ActorConfig, callbacks=(),
                  device: str = "auto") -> Path:
-    """Baseline 'multi-turn DPO': trajectory-level DPO (beta) + NLL on tau+ over all assistant turns, LoRA.
+    """Baseline 'multi-turn DPO': trajectory-level DPO (beta) + NLL on tau+ over all assistant turns.
 
     pairs: `{"chosen": messages, "rejected": messages}` of the same task. Returns `out_dir/actor`; returns at once
     when that output is already complete.

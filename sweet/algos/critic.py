@@ -3,31 +3,29 @@ are in `losses.py`): log-probs on a LM, the critic's data and trainer, and scori
 
 LoRA (default): the reference policy pi_ref is the same weights with the adapter disabled, so there is never a
 second model copy. Full fine-tuning (`cfg.lora=False`): pi_ref is a frozen copy of the initial model, reached through
-the same `disable_adapter()` call (`FullFTCritic`). The value-head ablation lives in `value_head.py`;
+the same `disable_adapter()` call (`training.FullFTModel`). The value-head ablation lives in `value_head.py`;
 `scoring.load_any_critic` / `scoring.score_any` serve both kinds to callers that should not care which one they hold.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import inspect
 import json
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from accelerate.utils import extract_model_from_parallel
-from peft import PeftModel, get_peft_model
+from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
 from sweet.algos.dialogue import (encode_all, fit_dialogue, mask_from_lengths, pad_rows, tokenize_dialogue,
                                   turn_index, with_training_info)
 from sweet.algos.losses import (bt_loss_official, bt_loss_paper, nll_loss, trajectory_advantage_official,
                                 turn_advantages)
-from sweet.algos.training import (LossTrainer, checkpoint_dir, load_base_model, local_model_path, lora_config,
-                                  run_training, training_kwargs)
+from sweet.algos.training import (FullFTModel, LossTrainer, checkpoint_dir, local_model_path, run_training,
+                                  trainable_model, training_kwargs)
 from sweet.config import CriticConfig
 from sweet.models import model_dtype, pick_device
 
@@ -35,30 +33,6 @@ DONE_FILE = "critic_config.json"  # written last into `out_dir/critic`: the outp
 
 
 # ------------------------------------------------------------------------------------------ log-probs on a LM
-class FullFTCritic:
-    """A fully fine-tuned critic plus its frozen initial model. `disable_adapter()` swaps the reference in, like
-    PEFT's adapter switch, so `token_logps` / `score_candidates` run the same code for both kinds of critic."""
-
-    def __init__(self, model, reference):
-        self.model, self.reference, self._active = model, reference.eval().requires_grad_(False), model
-
-    @contextmanager
-    def disable_adapter(self):
-        self._active = self.reference
-        try:
-            yield
-        finally:
-            self._active = self.model
-
-    def __call__(self, *args, **kwargs):
-        return self._active(*args, **kwargs)
-
-    def __getattr__(self, name: str):  # config, device, get_decoder(), get_output_embeddings(): the active model's
-        if name in ("model", "reference", "_active"):
-            raise AttributeError(name)  # not set yet (e.g. during copy): never recurse
-        return getattr(extract_model_from_parallel(self._active), name)  # through a DDP/DeepSpeed wrapper
-
-
 def _decoder(model):
     return (model.get_base_model() if isinstance(model, PeftModel) else model).get_decoder()
 
@@ -157,16 +131,12 @@ class CriticTrainer(LossTrainer):
     """Trainer whose loss is the critic's Bradley-Terry loss over (chosen, rejected) trajectory pairs (Eq. 3, or the
     released variant) plus `cfg.nll_coef` times the NLL of the chosen trajectories."""
 
-    def __init__(self, *args, critic_cfg: CriticConfig, ref_model=None, **kwargs):
-        """`ref_model`: frozen initial model for full fine-tuning; None = LoRA (reference = adapter disabled)."""
+    def __init__(self, *args, critic_cfg: CriticConfig, **kwargs):
         super().__init__(*args, **kwargs)
         self.critic_cfg = critic_cfg
-        self.ref_model = None if ref_model is None else ref_model.to(self.args.device).eval().requires_grad_(False)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        # `model` may be wrapped (DDP, FSDP, DeepSpeed): forward through it, switch the adapter on what it wraps.
-        cfg, m = self.critic_cfg, (model if self.ref_model is None else FullFTCritic(model, self.ref_model))
-        switch = self.accelerator.unwrap_model(model) if self.ref_model is None else m
+        cfg, (m, switch) = self.critic_cfg, self.policy_and_reference(model)
         ids, attn, turn_ids = inputs["input_ids"], inputs["attention_mask"], inputs["turn_ids"]
         target = turn_ids >= 0
         logp = token_logps(m, ids, attn, target)
@@ -194,11 +164,7 @@ def critic_trainer(pairs: list[dict], base_model: str, out_dir: Path, cfg: Criti
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     rows = encode_all(pairs, lambda p: encode_pair(tokenizer, p, cfg), "train_critic", cfg.max_length, "pairs")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    model, ref_model = load_base_model(base_model, cfg.seed, device), None
-    if getattr(cfg, "lora", True):
-        model = get_peft_model(model, lora_config(cfg.lora_r, cfg.lora_alpha))
-    else:
-        ref_model = copy.deepcopy(model)
+    model, ref_model = trainable_model(base_model, cfg, device)
     args = TrainingArguments(**training_kwargs(cfg, checkpoint_dir(out_dir), device))
     trainer = CriticTrainer(model=model, args=args, train_dataset=rows, critic_cfg=cfg, ref_model=ref_model,
                             data_collator=lambda b: collate_pairs(b, pad_id), callbacks=list(callbacks))
@@ -230,7 +196,7 @@ def write_critic_config(final: Path, cfg, *, head: str, lora: bool, base_model: 
 
 # ------------------------------------------------------------------------------------------------- scoring
 def load_critic(adapter_dir: str | Path, device: str = "auto", base_model: str | None = None):
-    """(model, tokenizer) from a `train_critic` output: a PeftModel for a LoRA critic, a `FullFTCritic` (trained model
+    """(model, tokenizer) from a `train_critic` output: a PeftModel for a LoRA critic, a `FullFTModel` (trained model
     + frozen reference) for a fully fine-tuned one. The base defaults to the one the critic was trained from."""
     device, d = pick_device(device), Path(adapter_dir)
     if (d / "adapter_config.json").exists():
@@ -241,7 +207,7 @@ def load_critic(adapter_dir: str | Path, device: str = "auto", base_model: str |
         base_path = base_model or json.loads((d / DONE_FILE).read_text())["base_model"]
         trained = AutoModelForCausalLM.from_pretrained(d, dtype=model_dtype(device)).to(device).eval()
         reference = AutoModelForCausalLM.from_pretrained(base_path, dtype=model_dtype(device)).to(device)
-        model = FullFTCritic(trained, reference)
+        model = FullFTModel(trained, reference)
     else:
         raise FileNotFoundError(f"{d} is not a train_critic output (no adapter_config.json, no full model + "
                                 "critic_config.json)")

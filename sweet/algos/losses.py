@@ -6,7 +6,8 @@ each assistant turn's content plus its end-of-turn token, see `sweet.algos.dialo
 
 Who uses what: the critic (`critic.CriticTrainer`) Eq. 2 + Eq. 3 + `nll_loss`, or the released variant; the actor
 (`actor.train_dpo`, run by TRL's DPOTrainer) `dpo_nll_loss`, which this module writes out and a test pins to what
-TRL optimises; the baselines `sft_loss` (RFT, run by TRL's SFTTrainer) and `mt_dpo_loss` + `nll_loss`
+TRL optimises, or with the released run's NLL over the whole chosen sequence `dpo_loss` + `sequence_nll_loss`
+(`actor.SequenceNLLTrainer`); the baselines `sft_loss` (RFT, run by TRL's SFTTrainer) and `mt_dpo_loss` + `nll_loss`
 (`baselines.MultiTurnDPOTrainer`); the value-head ablation `value_regression_loss` (`value_head.ValueTrainer`).
 """
 
@@ -68,6 +69,13 @@ def nll_loss(token_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     log-likelihood over every masked token of the batch, -sum(mask * log p) / sum(mask). A per-token mean over the
     whole batch, not a mean of per-row means: a long sequence weighs more than a short one. token_logp, mask [B, T]."""
     return -(token_logp * mask).sum() / mask.sum().clamp(min=1)
+
+
+def sequence_nll_loss(token_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The released actor's NLL term: each row's mean negative log-likelihood over its masked tokens, averaged over
+    rows (OpenRLHF's DPO trainer, `-logps_mean[:chosen].mean()`): unlike `nll_loss`, every row weighs the same.
+    token_logp, mask [B, T]."""
+    return -((token_logp * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
 
 
 # ------------------------------------------------------------------------------------------------- the actor

@@ -52,6 +52,19 @@ SIM_DECISIONS = (
 # Agent messages are cut in the simulator's view: a small simulator loses track of long pasted code, and it bounds
 # the prompt a batched turn must prefill.
 SIM_VIEW_CHARS = 600
+# How the simulator is shown the dialogue (`backend.simulator_view`). 'chat': the turns as chat messages with the roles
+# swapped (the agent is its user). 'transcript': one user message holding the dialogue as a transcript, the layout of
+# the released environment (which also puts its instructions and the hidden code in that message; here they stay in
+# the system message, as in 'chat'). Measured on the laptop profile: on 72 scripted questions about 40 lite train tasks
+# the 0.5B simulator stated the asked value in 66 with 'chat' and 57 with 'transcript' (it answered the instructions
+# or "the agent's last message" instead of the question; scripts/simulator_accuracy.py --view), so 'chat' is the CPU
+# profiles' default and 'transcript' the paper profiles' (a 70B simulator, as released).
+SIM_VIEWS = ("chat", "transcript")
+SIM_TRANSCRIPT = (
+    "The conversation so far (Agent is the one writing the function, You are the user):\n\n{transcript}\n\n"
+    "Now write your reply to the agent's last message: at most two short sentences of plain English, no code, and "
+    "do not repeat the agent's words."
+)
 
 # Asks for the body: with "the complete function" alone, 17 of 64 multi-turn episodes of a laptop collection ended
 # with a bodiless answer (`I WANT TO ANSWER: def f(x):`, scripts/dialogue_failures.py).
@@ -88,6 +101,7 @@ class Episode:
     mode: str = "multi_turn"
     scoring: str = "strict"  # the sandbox's rules for this episode's reward (`evaluate.scoring`)
     answer_text: str | None = None  # the answer as the released environment keeps it (scored under "official")
+    sim_view: str = "chat"  # how `simulator_view` lays the dialogue out (`backend.simulator_view`, SIM_VIEWS)
     # The family's prompts (class attributes, not fields): the frontend episode swaps these.
     PROMPT: ClassVar[str] = AGENT_PROMPT
     SINGLE_PROMPT: ClassVar[str] = SINGLE_TURN_PROMPT
@@ -101,6 +115,8 @@ class Episode:
             self.scoring = ""  # no tests to score (frontend pages: `metric` names the similarity)
         elif self.scoring not in SCORINGS:
             raise ValueError(f"unknown scoring {self.scoring!r}; choose one of {SCORINGS}")
+        if self.sim_view not in SIM_VIEWS:
+            raise ValueError(f"unknown simulator view {self.sim_view!r}; choose one of {SIM_VIEWS}")
         if not 1 <= self.max_turns <= MAX_TURNS:
             raise ValueError(f"max_turns must be between 1 and {MAX_TURNS} (the ColBench protocol), got {self.max_turns}")
         if self.mode in ("single_turn", "oracle"):
@@ -126,19 +142,20 @@ class Episode:
         return sum(m["role"] == "assistant" for m in self.messages)
 
     def simulator_view(self) -> list[dict]:
-        """The simulator sees the hidden code and the dialogue with the roles swapped (the agent is its 'user').
-
-        Chat turns, not the released environment's single transcript message: given the dialogue as a transcript
-        (`Agent: ... / You: ...` in one user message), the 0.5B simulator stated the asked value in 57 of 72 scripted
-        questions on 40 lite train tasks against 66 of 72 as chat turns (scripts/simulator_accuracy.py, laptop
-        profile); it answered the instructions or "the agent's last message" instead of the question."""
+        """What the simulator reads: a system message with its instructions, the task and the hidden code, then the
+        dialogue after the task prompt (the last-turn note removed, long agent messages cut), laid out by `sim_view`
+        (see SIM_VIEWS): chat turns with the roles swapped, or one transcript message."""
         conv = [{"role": "system", "content": simulator_system(self.task)}]
+        turns = []
         for m in self.messages[1:]:
             content = m["content"].replace(self.LAST_NOTE, "")
             if m["role"] == "assistant" and len(content) > SIM_VIEW_CHARS:
                 content = content[:SIM_VIEW_CHARS] + " [...]"
-            conv.append({"role": "user" if m["role"] == "assistant" else "assistant", "content": content})
-        return conv
+            turns.append((m["role"], content))
+        if self.sim_view == "transcript":
+            lines = "\n\n".join(f"{'Agent' if role == 'assistant' else 'You'}: {c}" for role, c in turns)
+            return conv + [{"role": "user", "content": SIM_TRANSCRIPT.format(transcript=lines)}]
+        return conv + [{"role": "user" if role == "assistant" else "assistant", "content": c} for role, c in turns]
 
 
 def simulator_system(task) -> str:

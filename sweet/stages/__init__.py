@@ -15,8 +15,9 @@ from sweet.stages.generate import generate_tasks
 from sweet.graph import ALIASES, STAGE_NAMES, canonical, graph  # noqa: F401  (re-exported)
 from sweet.stages.pairs import build_preference_pairs
 
-# The frontend section only counts in a frontend run's fingerprints (see `pipeline.config_slice`).
-_FAMILY = ("task_family", "frontend")
+# Each family's section (backend: the simulator's view; frontend: rendering and similarity) counts only in that
+# family's fingerprints (see `pipeline.COUNTS_ONLY_IF`).
+_FAMILY = ("task_family", "backend", "frontend")
 # vLLM samples differently from transformers (another RNG, other kernels): the backend is part of a rollout's identity.
 # llama.cpp's slots batch requests together and cut each conversation at its slot's context: counted when it runs.
 _ENGINE = ("engine.backend", "engine.llamacpp_parallel", "engine.llamacpp_ctx_per_slot")

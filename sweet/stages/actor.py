@@ -16,6 +16,7 @@ def train_actor(cfg, out: Path, data_dir: str) -> dict:
         return launch.run_launched("train_actor", cfg, out, [data_dir])
     base = resolve_model(cfg.models.policy, cfg.models.cache_dir)
     kw = dict(callbacks=launch.trainer_callbacks(cfg, out), device=cfg.models.device)
+    actor = cfg.actor.for_method(cfg.method)  # a baseline's own epochs / batch (actor.rft_*, actor.mt_dpo_*)
     if cfg.method == "rft":
         from sweet.algos.baselines import train_rft
         trajs = read_rows(Path(data_dir) / "trajectories.parquet")
@@ -30,7 +31,7 @@ def train_actor(cfg, out: Path, data_dir: str) -> dict:
             best = max((t["reward"] for t in trajs), default=0.0)
             raise ValueError(f"rft: no trajectory in {data_dir} reaches actor.rft_min_reward="
                              f"{cfg.actor.rft_min_reward} (best reward {best:.2f}); lower it or collect more")
-        train_rft(kept, base, out, cfg.actor, **kw)
+        train_rft(kept, base, out, actor, **kw)
         return {"sft_trajectories": len(kept), "of_trajectories": len(trajs)}
     if cfg.method == "mt_dpo":
         from sweet.algos.baselines import train_mt_dpo
@@ -38,12 +39,12 @@ def train_actor(cfg, out: Path, data_dir: str) -> dict:
         if not rows:
             raise ValueError(f"{data_dir}/pairs.parquet holds no preference pairs: nothing for multi-turn DPO")
         train_mt_dpo([{"chosen": loads(r["chosen_messages"]), "rejected": loads(r["rejected_messages"])}
-                      for r in rows], base, out, cfg.actor, **kw)
+                      for r in rows], base, out, actor, **kw)
         return {"trajectory_pairs": len(rows)}
     from sweet.algos import actor as sweet_actor
     rows = read_rows(Path(data_dir) / "dpo_pairs.parquet")
     if not rows:
         raise ValueError(f"{data_dir}/dpo_pairs.parquet holds no DPO pairs: the candidates stage found no turns")
     data = [{"prompt": loads(r["prompt"]), "chosen": r["chosen"], "rejected": r["rejected"]} for r in rows]
-    sweet_actor.train_dpo(data, base, out, cfg.actor, **kw)
+    sweet_actor.train_dpo(data, base, out, actor, **kw)
     return {"dpo_pairs": len(data)}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sweet import tracking
 from sweet.colbench.registry import family
+from sweet.models import trained_actor
 from sweet.records import EvalResult
 from sweet.stages.collect import close_models, load_chat_models
 from sweet.stages.diagnostics import critic_diagnostics, upstream
@@ -46,8 +47,8 @@ def _evaluate_system(cfg, out: Path, tasks: list, name: str, system) -> tuple | 
         for mode in e.modes:
             method = f"{name}/{mode}"
             shards = Shards(out / "shards" / method)
-            todo = [fam.episode(t, i, e.max_turns, mode=mode, scoring=e.scoring) for t in tasks
-                    for i in range(e.n_samples) if not shards.done((t.task_id, i))]
+            todo = [fam.episode(t, i, e.max_turns, mode=mode, scoring=e.scoring, sim_view=cfg.backend.simulator_view)
+                    for t in tasks for i in range(e.n_samples) if not shards.done((t.task_id, i))]
             if not todo:
                 continue
             models = models or (system() if callable(system) else
@@ -84,7 +85,7 @@ def evaluate(cfg, out: Path, tasks_dir: str, system_dir: str | None = None) -> d
         from sweet.stages.best_of_n import load_best_of_n
         systems = {m: lambda: load_best_of_n(cfg, Path(system_dir) / "critic", tasks)}
     else:
-        systems = {m: (cfg.models.policy, str(Path(system_dir) / "actor"))}
+        systems = {m: trained_actor(cfg.models.policy, Path(system_dir) / "actor")}
     rows = run_systems(cfg, out, tasks, systems)
     run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
     metrics = write_report(cfg, out, rows, run_id)
@@ -124,10 +125,13 @@ def evaluate_models(cfg, agents: list[str], *, actors: list[str] = (), split: st
         name = f"actor-{agent_name(Path(adapter).parent.name)}" if adapter else agent_name(ref)
         while name in systems:
             name += "_"
-        systems[name] = (ref, adapter)
+        systems[name] = trained_actor(ref, adapter) if adapter else (ref, None)
     key = json.dumps({"systems": systems, "tasks": [t.task_id for t in tasks], "source": cfg.tasks.source,
                       "family": cfg.task_family, "frontend": cfg.frontend.model_dump(),
-                      "simulator": cfg.models.simulator, "evaluate": cfg.evaluate.model_dump()}, sort_keys=True)
+                      "simulator": cfg.models.simulator, "evaluate": cfg.evaluate.model_dump(),
+                      # absent at its default, so folders evaluated before the setting existed are still found
+                      **({"backend": cfg.backend.model_dump()} if cfg.backend != type(cfg.backend)() else {})},
+                     sort_keys=True)
     out = out or cfg.root / "evals" / hashlib.sha256(key.encode()).hexdigest()[:12]
     out.mkdir(parents=True, exist_ok=True)
     run_file = out / tracking.RUN_ID_FILE
