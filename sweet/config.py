@@ -17,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sweet.profiles import FAMILY_DEFAULTS, PROFILE_FAMILY, PROFILES, QWEN_CODER_05B, with_simulator_url
 
 
-
 class _Cfg(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -203,6 +202,16 @@ class FrontendConfig(_Cfg):
                                    "evaluate.agents and set this to 'gpt-4o').")
 
 
+class TrackingConfig(_Cfg):
+    """What MLflow shows besides each stage's params and metrics. In no stage's config slice: it changes what is
+    logged about the results, never the results (nor a stage's fingerprint)."""
+    traces: Literal["none", "sample", "all"] = Field(
+        "sample", description="Episodes recorded as MLflow traces (one per episode, a span per turn, linked to the "
+        "stage's run): 'sample' = `traces_per_group` of each evaluated method and mode, and of the collection, "
+        "spread over the reward range; 'all' = every evaluated and collected episode; 'none'.")
+    traces_per_group: int = Field(3, ge=1, description="traces=sample: episodes traced per group.")
+
+
 # Accelerate configs shipped in configs/accelerate/ (next to the package in a source checkout).
 ACCELERATE_CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs" / "accelerate"
 SHIPPED_ACCELERATE = ("zero3", "fsdp", "ddp")
@@ -299,6 +308,7 @@ class PipelineConfig(_Cfg):
     evaluate: EvaluateConfig = EvaluateConfig()
     frontend: FrontendConfig = FrontendConfig()
     engine: EngineConfig = EngineConfig()
+    tracking: TrackingConfig = TrackingConfig()
 
     @model_validator(mode="after")
     def _check_family(self):
