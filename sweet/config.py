@@ -19,7 +19,6 @@ from sweet.engine_config import (ACCELERATE_CONFIGS_DIR, SHIPPED_ACCELERATE, Eng
 from sweet.profiles import FAMILY_DEFAULTS, PROFILE_FAMILY, PROFILES, QWEN_CODER_05B, with_simulator_url
 
 
-
 class _Cfg(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -249,6 +248,16 @@ class FrontendConfig(_Cfg):
                                    "evaluate.agents and set this to 'gpt-4o').")
 
 
+class TrackingConfig(_Cfg):
+    """What MLflow shows besides each stage's params and metrics. In no stage's config slice: it changes what is
+    logged about the results, never the results (nor a stage's fingerprint)."""
+    traces: Literal["none", "sample", "all"] = Field(
+        "sample", description="Episodes recorded as MLflow traces (one per episode, a span per turn, linked to the "
+        "stage's run): 'sample' = `traces_per_group` of each evaluated method and mode, and of the collection, "
+        "spread over the reward range; 'all' = every evaluated and collected episode; 'none'.")
+    traces_per_group: int = Field(3, ge=1, description="traces=sample: episodes traced per group.")
+
+
 # Settings of how a stage is executed, not of what it computes: never part of a stage's fingerprint (so its config
 # slice, manifest and MLflow params leave them out; see `pipeline.config_slice`).
 EXECUTION_ONLY: tuple[str, ...] = ("collect.shards", "collect.dask_address")
@@ -284,6 +293,7 @@ class PipelineConfig(_Cfg):
     backend: BackendConfig = BackendConfig()
     frontend: FrontendConfig = FrontendConfig()
     engine: EngineConfig = EngineConfig()
+    tracking: TrackingConfig = TrackingConfig()
 
     @model_validator(mode="after")
     def _check_family(self):

@@ -204,8 +204,10 @@ def replica_check(cfg, run_id: str):
 
 def trainer_callbacks(cfg, out: Path) -> list:
     """What every training stage hands its Trainer: MLflow metrics into the stage's run (whose id the stage folder
-    `out` keeps, so a resumed run continues the same curves) and the DDP replica check."""
-    from sweet import tracking
+    `out` keeps, so a resumed run continues the same curves), the DDP replica check, and the steps done to whatever
+    progress reporters this process has (`sweet.progress`; none in a launched child)."""
+    from sweet import progress, tracking
 
     run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
-    return [tracking.trainer_callback(cfg, run_id), replica_check(cfg, run_id)]
+    return [tracking.trainer_callback(cfg, run_id), replica_check(cfg, run_id),
+            progress.trainer_callback(Path(out).parent.name)]

@@ -6,14 +6,13 @@ from __future__ import annotations
 from prefect import task
 
 from sweet.config import PipelineConfig
-from sweet.pipeline import run_stage
 from sweet.stages import ACTOR
-from tasks._stage import cache_key, call
+from tasks._stage import cache_key, call, run
 
 
 @task(name="train actor", cache_key_fn=cache_key(ACTOR), persist_result=True)
 def _train_actor(cfg: PipelineConfig, data: str, parent_run_id: str | None = None) -> str:
-    return run_stage(ACTOR, cfg, data, parent_run_id=parent_run_id)
+    return run(ACTOR, cfg, data, parent_run_id=parent_run_id)
 
 
 def train_actor(cfg: PipelineConfig, data: str, parent_run_id: str | None = None) -> str:

@@ -4,6 +4,7 @@ With `collect.shards` > 1 the rollout fans out: the stage's task runs a subflow,
 tasks (one per shard, a disjoint subset of the training tasks) run on a Dask cluster through
 `prefect_dask.DaskTaskRunner` (the `dist` extra), each writing its episodes into the stage folder's `shards/`; the
 stage then finishes in this process exactly as the single-process stage does (same tables, summary and manifest).
+Each shard task reports its episodes to a progress artifact of its own.
 The stage's fingerprint, cache key and resume rules are unchanged, so a cached stage never starts a cluster.
 """
 
@@ -22,11 +23,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 
+from sweet import progress
 from sweet.config import PipelineConfig
-from sweet.pipeline import run_stage
 from sweet.stages import COLLECT
 from sweet.stages.collect import collect_shard, finish_collection, pending_episodes
-from tasks._stage import cache_key, call
+from tasks._stage import PrefectProgress, cache_key, call, run
 
 # How long to wait for a Dask scheduler given by `collect.dask_address` to answer and to have a worker.
 CONNECT_TIMEOUT_S = 30.0
@@ -38,7 +39,7 @@ def _collect_trajectories(cfg: PipelineConfig, tasks: str, parent_run_id: str | 
     if cfg.collect.shards > 1 and not cfg.collect.offline_path:
         # Same name, config keys and code, so the same fingerprint and folder: only how the rollout runs changes.
         stage = dataclasses.replace(COLLECT, fn=fan_out, code_module=COLLECT.module)
-    return run_stage(stage, cfg, tasks, parent_run_id=parent_run_id)
+    return run(stage, cfg, tasks, parent_run_id=parent_run_id)
 
 
 def collect_trajectories(cfg: PipelineConfig, tasks: str, parent_run_id: str | None = None) -> str:
@@ -81,7 +82,8 @@ def collect_shards(cfg: PipelineConfig, tasks: str, out: str, shards: list[int])
       persist_result=False)
 def _collect_shard(cfg: PipelineConfig, tasks: str, out: str, shard: int, n_shards: int) -> dict:
     started = time.time()
-    done = collect_shard(cfg, Path(out), tasks, shard, n_shards)
+    with progress.reporting(PrefectProgress(f"{cfg.experiment} collect shard {shard + 1} of {n_shards}")):
+        done = collect_shard(cfg, Path(out), tasks, shard, n_shards)
     return {**done, "worker": _dask_worker(), "host": socket.gethostname(), "pid": os.getpid(),
             "wall_s": round(time.time() - started, 2)}
 

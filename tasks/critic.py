@@ -5,14 +5,13 @@ from __future__ import annotations
 from prefect import task
 
 from sweet.config import PipelineConfig
-from sweet.pipeline import run_stage
 from sweet.stages import CRITIC
-from tasks._stage import cache_key, call
+from tasks._stage import cache_key, call, run
 
 
 @task(name="train critic", cache_key_fn=cache_key(CRITIC), persist_result=True)
 def _train_critic(cfg: PipelineConfig, pairs: str, parent_run_id: str | None = None) -> str:
-    return run_stage(CRITIC, cfg, pairs, parent_run_id=parent_run_id)
+    return run(CRITIC, cfg, pairs, parent_run_id=parent_run_id)
 
 
 def train_critic(cfg: PipelineConfig, pairs: str, parent_run_id: str | None = None) -> str:

@@ -5,14 +5,13 @@ from __future__ import annotations
 from prefect import task
 
 from sweet.config import PipelineConfig
-from sweet.pipeline import run_stage
 from sweet.stages import EVALUATE
-from tasks._stage import cache_key, call
+from tasks._stage import cache_key, call, run
 
 
 @task(name="evaluate", cache_key_fn=cache_key(EVALUATE), persist_result=True)
 def _evaluate(cfg: PipelineConfig, tasks: str, system: str | None = None, parent_run_id: str | None = None) -> str:
-    return run_stage(EVALUATE, cfg, tasks, *([system] if system else []), parent_run_id=parent_run_id)
+    return run(EVALUATE, cfg, tasks, *([system] if system else []), parent_run_id=parent_run_id)
 
 
 def evaluate(cfg: PipelineConfig, tasks: str, system: str | None = None, parent_run_id: str | None = None) -> str:

@@ -5,14 +5,13 @@ from __future__ import annotations
 from prefect import task
 
 from sweet.config import PipelineConfig
-from sweet.pipeline import run_stage
 from sweet.stages import GENERATE
-from tasks._stage import cache_key, call
+from tasks._stage import cache_key, call, run
 
 
 @task(name="generate tasks", cache_key_fn=cache_key(GENERATE), persist_result=True)
 def _generate_tasks(cfg: PipelineConfig, parent_run_id: str | None = None) -> str:
-    return run_stage(GENERATE, cfg, parent_run_id=parent_run_id)
+    return run(GENERATE, cfg, parent_run_id=parent_run_id)
 
 
 def generate_tasks(cfg: PipelineConfig, parent_run_id: str | None = None) -> str:

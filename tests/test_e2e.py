@@ -72,6 +72,13 @@ def test_micro_flow_end_to_end_then_all_cache_hits(tmp_path, openai_server, pref
     assert stages["collect_trajectories"].data.params["collect.k"] == str(cfg.collect.k)
     artifacts = {a.path for a in client.list_artifacts(stages["evaluate"].info.run_id)}
     assert {"results.md", "dialogues.md", "tests_passed.png"} <= artifacts
+    # Episodes as traces (the default sample) linked to their stage's run; progress as the stage runs' metrics.
+    for name, n in (("collect_trajectories", cfg.tracking.traces_per_group), ("evaluate", None)):
+        traces = client.search_traces(locations=[exp.experiment_id], run_id=stages[name].info.run_id)
+        assert traces and (n is None or len(traces) == n), (name, len(traces))
+        assert all(t.info.trace_metadata["mlflow.sourceRun"] == stages[name].info.run_id for t in traces)
+    assert stages["collect_trajectories"].data.metrics["episodes_done"] == counts["trajectories"]
+    assert stages["train_actor"].data.metrics["steps_done"] >= 1
 
     # The rerun is all cache hits: every task run is Cached, no stage folder is added or written to.
     folders = _stage_folders(cfg)

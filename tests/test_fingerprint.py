@@ -155,7 +155,7 @@ def test_the_dask_fan_out_keeps_the_collect_stages_fingerprint(monkeypatch):
     from sweet.stages import COLLECT
 
     seen = []
-    monkeypatch.setattr(tc, "run_stage", lambda stage, cfg, *inputs, **kw: seen.append(stage) or "out")
+    monkeypatch.setattr(tc, "run", lambda stage, cfg, *inputs, **kw: seen.append(stage) or "out")
     cfg = load_config("micro", ["collect.shards=2"])
     tc._collect_trajectories.fn(cfg, "artifacts/micro/generate_tasks/0123456789abcdef")
     assert seen[0].fn is tc.fan_out

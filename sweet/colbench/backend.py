@@ -11,8 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
-from tqdm.auto import tqdm
-
+from sweet import progress
 from sweet.chat import GenerationFailure
 from sweet.sandbox import SCORINGS, evaluate_many, strip_code_fences
 from sweet.colbench.tasks import Task
@@ -253,7 +252,7 @@ def rollout(episodes: list[Episode], policy, simulator, *, max_new_tokens: int, 
             temperature: float, seed: int = 0, on_done: Callable[[list[Episode]], None] | None = None,
             desc: str = "episodes") -> list[Episode]:
     """Advance all episodes turn by turn; `on_done` receives each turn's finished (scored) episodes."""
-    bar = tqdm(total=len(episodes), desc=desc, unit="ep")
+    bar = progress.Bar(len(episodes), desc, "ep")  # the terminal, and any UI plugged in
     live = [e for e in episodes if not e.done]
     turn = 0
     while live:

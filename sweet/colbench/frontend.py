@@ -18,8 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
-from tqdm.auto import tqdm
-
+from sweet import progress
 from sweet.chat import GenerationFailure
 from sweet.colbench.backend import (ANSWER_MARK, GENERATION_FAILED, Episode, add_replies, finish_turn,
                                     generation_failed)
@@ -133,7 +132,7 @@ def rollout(episodes: list[FrontendEpisode], policy, env: FrontendEnv, *, max_ne
             on_done: Callable[[list[FrontendEpisode]], None] | None = None, desc: str = "episodes"):
     """Advance all episodes turn by turn (one batched generate per turn, one batched render, one batched simulator
     call); `on_done` receives each turn's finished, scored episodes."""
-    bar = tqdm(total=len(episodes), desc=desc, unit="ep")
+    bar = progress.Bar(len(episodes), desc, "ep")  # the terminal, and any UI plugged in
     live = [e for e in episodes if not e.done]
     env.references([e.task for e in live])
     turn = 0

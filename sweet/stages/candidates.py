@@ -7,8 +7,7 @@ import random
 from dataclasses import asdict
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
+from sweet import progress
 from sweet.agents import load_chat
 from sweet.algos import actor as sweet_actor
 from sweet.algos import scoring
@@ -51,17 +50,20 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
         critic = scoring.load_any_critic(Path(critic_dir) / "critic", policy.device, cfg)
         group = max(1, policy.batch_size // c.n)
         try:
-            for s in tqdm(range(0, len(todo), group), desc="candidates", unit="turn"):
-                chunk = todo[s:s + group]
-                samples = policy.generate([t["history"] for t in chunk], c.max_new_tokens, c.temperature,
-                                          seed=c.seed + s, num_return_sequences=c.n)
-                for j, t in enumerate(chunk):
-                    cands = samples[j * c.n:(j + 1) * c.n]
-                    scores = scoring.score_any(critic, t["history"], cands, t["training_info"], **critic_flags(cfg))
-                    shards.write(t["turn_id"], [asdict(Candidate(
-                        turn_id=t["turn_id"], traj_id=t["traj_id"], task_id=t["task_id"], turn=t["turn"], cand_idx=i,
-                        text=x, score=float(sc), history=dumps(t["history"])))
-                        for i, (x, sc) in enumerate(zip(cands, scores))])
+            with progress.Bar(len(todo), "candidates", "turn") as bar:  # counts turns, not generate calls
+                for s in range(0, len(todo), group):
+                    chunk = todo[s:s + group]
+                    samples = policy.generate([t["history"] for t in chunk], c.max_new_tokens, c.temperature,
+                                              seed=c.seed + s, num_return_sequences=c.n)
+                    for j, t in enumerate(chunk):
+                        cands = samples[j * c.n:(j + 1) * c.n]
+                        scores = scoring.score_any(critic, t["history"], cands, t["training_info"],
+                                                   **critic_flags(cfg))
+                        shards.write(t["turn_id"], [asdict(Candidate(
+                            turn_id=t["turn_id"], traj_id=t["traj_id"], task_id=t["task_id"], turn=t["turn"],
+                            cand_idx=i, text=x, score=float(sc), history=dumps(t["history"])))
+                            for i, (x, sc) in enumerate(zip(cands, scores))])
+                        bar.update()
         finally:  # vLLM engines hold their GPU memory until closed; the actor stage needs it next
             close_models(policy, critic.model)
     rows = sorted(shards.read_all(), key=lambda r: (r["turn_id"], r["cand_idx"]))
