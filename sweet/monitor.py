@@ -73,6 +73,7 @@ SECRET_NAME = re.compile(r"(api[_-]?key|(^|_)token(_|$)|secret|password|credenti
 MIN_SECRET = 8       # shorter values ("1", "true") would blank out ordinary words
 MIN_CODE_LINE = 12   # a reference line at least this long counts as leaked code when the hidden side repeats it
 _EXPORT_LOCK = threading.Lock()
+ASYNC_TRACES = "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"
 
 
 def record_traces(cfg, stage: str, out: Path | str) -> int:
@@ -161,10 +162,18 @@ def _record(cfg, stage: str, out: Path, table: str) -> int:
     if not rows:
         return 0
     tests, secrets = _hidden_tests(out), environment_secrets(cfg)
-    with _exporting_to(cfg.tracking_uri):
-        for r in rows:
-            _write_trace(c, experiment_id, run_id, stage, out.name, r, secrets, tests.get(r["task_id"], []))
-    return len(rows)
+    todo, keys = rows, {_episode_key(r) for r in rows}
+    for attempt in range(2):  # MLflow only logs a warning when an export fails: what it dropped is written once more
+        with _exporting_to(cfg.tracking_uri):
+            for r in todo:
+                _write_trace(c, experiment_id, run_id, stage, out.name, r, secrets, tests.get(r["task_id"], []))
+        stored = _traced(c, experiment_id, run_id)
+        todo = [r for r in todo if _episode_key(r) not in stored]
+        if not todo:
+            break
+        log.warning("%d of %d episode traces of %s were not stored%s", len(todo), len(rows), out,
+                    "; writing them again" if attempt == 0 else "")
+    return len(keys & stored)
 
 
 def _write_trace(c, experiment_id: str, run_id: str, stage: str, fingerprint: str, row: dict, secrets: list[str],
@@ -240,22 +249,29 @@ def _hidden_tests(out: Path) -> dict[str, list[str]]:
 @contextlib.contextmanager
 def _exporting_to(uri: str):
     """MLflow's tracer exports to the process-wide tracking URI only, where this project otherwise names its store
-    in each call: point it at `uri` while the traces are written, wait for the writes, then put the process's
-    setting (and MLFLOW_TRACKING_URI, which MLflow rewrites) back as they were."""
+    in each call: point it at `uri` while the traces are written, export synchronously (MLflow's default pool of
+    export threads wrote one trace's spans and its info concurrently, and on SQLite a writer that waits too long is
+    dropped with a warning: a trace went missing now and then), then put the process's setting (and
+    MLFLOW_TRACKING_URI, which MLflow rewrites) back as they were."""
     import mlflow
+    from mlflow.tracing.provider import reset as reset_tracer  # the exporter reads its settings when it is built
     # Private, but the one call that puts back an unset URI (no public call does).
     from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
-    env = os.environ.get("MLFLOW_TRACKING_URI")
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", ASYNC_TRACES)}
     with _EXPORT_LOCK:
         try:
+            os.environ[ASYNC_TRACES] = "false"
             with _use_tracking_uri(uri):
+                reset_tracer()
                 try:
                     yield
                 finally:
                     mlflow.flush_trace_async_logging()
         finally:
-            if env is None:
-                os.environ.pop("MLFLOW_TRACKING_URI", None)
-            else:
-                os.environ["MLFLOW_TRACKING_URI"] = env
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            reset_tracer()

@@ -6,6 +6,7 @@ The episodes are synthetic rows written by stand-in stage functions (real episod
 end-to-end test runs those); the stage folders, manifests, MLflow runs and traces are real."""
 
 import json
+import os
 from dataclasses import asdict
 
 import pytest
@@ -111,6 +112,26 @@ def test_no_secret_hidden_test_or_reference_code_reaches_a_trace(tmp_path, secre
     assert "def scale(x):" in text  # the signature the agent was shown stays
     import os
     assert "MLFLOW_TRACKING_URI" not in os.environ  # the exporter's global setting was put back
+
+
+def test_a_trace_mlflow_dropped_is_written_again(tmp_path, secret_env, monkeypatch, caplog):
+    """MLflow's exporter only logs a warning when it cannot store a trace (on SQLite: a writer that waited too long
+    for the lock). Stand-in for that: the exporter's store call fails on the first export of one episode."""
+    from mlflow.tracing.export.mlflow_v3 import MlflowV3SpanExporter
+    real, failed = MlflowV3SpanExporter._log_trace, []
+
+    def flaky(self, trace, *args, **kwargs):
+        if trace.info.tags.get("sweet.episode") == "sweet/multi_turn/t2__0" and not failed:
+            failed.append(os.environ.get(monitor.ASYNC_TRACES))
+            return None  # dropped, as MLflow does after logging its warning
+        return real(self, trace, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowV3SpanExporter, "_log_trace", flaky)
+    *_, written, _, _, traces = _run(tmp_path, "all")
+    assert failed == ["false"]  # exported synchronously, in the writing thread
+    assert written == len(traces) == 10
+    assert {t.info.tags["sweet.episode"] for t in traces} >= {"sweet/multi_turn/t2__0"}
+    assert "1 of 10 episode traces" in caplog.text
 
 
 def test_a_sample_spans_each_methods_rewards_and_none_writes_nothing(tmp_path, secret_env):
