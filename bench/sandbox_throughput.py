@@ -4,12 +4,17 @@
 Answers are the bundled backend tasks' own references plus one mutant of each (the reference with its function
 wrapped so numeric results are off by one), 10 tests each.  Measured side by side, answers per second:
 
-  sandbox (workers=N)   sweet.sandbox.evaluate_many, every protection on, N = os.cpu_count()
-  sandbox (workers=1)   the same, one child at a time
-  in-process            exec the answer and the reference in this interpreter, compare with ==; no isolation
+  fork server (workers=N)   sweet.sandbox.evaluate_many, every protection on, N = os.cpu_count(): one fork
+                            server per worker forks a child per answer (the default where it can run: root)
+  spawn per answer (N)      the same with sandbox.FORK_SERVER = False: a new interpreter per answer
+  fork server (workers=1)   the fork server, one child at a time
+  in-process                exec the answer and the reference in this interpreter, compare with ==; no isolation
 
 Each mode computes every reference once (the sandbox caches them; the in-process mode keeps a dict), so the
-reference cost is in all three.  The ratio column is answers/s relative to in-process.
+reference cost is in all of them.  Before each sandbox mode, its servers are started (not timed: they live as
+long as the process).  p50/p99: wall time of one answer's evaluation (``evaluate_answer``: one child, 10 calls;
+the references are already computed then).  "vs in-process" is answers/s relative to in-process; the last line
+is fork server / spawn at N workers.
 
   python bench/sandbox_throughput.py                 # 100 tasks x (reference + mutant) = 200 answers per mode
   python bench/sandbox_throughput.py --tasks 20 --repeat 3
@@ -62,9 +67,32 @@ def in_process(batch):
     return passed
 
 
-def sandboxed(batch, workers, timeout_s):
+def sandboxed(batch, workers, timeout_s, fork_server, latencies):
+    """Passed tests; appends each answer's evaluation time (seconds) to ``latencies``."""
+    sandbox.FORK_SERVER = fork_server
+    sandbox.evaluate_many([("def f():\n    return 1\n", "def f():\n    return 1\n", ["f()"])] * workers,
+                          workers=workers)  # warm: start this mode's servers (none when spawning)
     sandbox._REF_CACHE.clear()
-    return sum(r.passed for r in sandbox.evaluate_many(batch, workers=workers, timeout_s=timeout_s))
+    real = sandbox.evaluate_answer
+
+    def timed(*a, **k):
+        t = time.perf_counter()
+        try:
+            return real(*a, **k)
+        finally:
+            latencies.append(time.perf_counter() - t)
+
+    sandbox.evaluate_answer = timed  # evaluate_many looks it up in the module
+    try:
+        return sum(r.passed for r in sandbox.evaluate_many(batch, workers=workers, timeout_s=timeout_s))
+    finally:
+        sandbox.evaluate_answer = real
+        sandbox.FORK_SERVER = True
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
 def main(argv=None):
@@ -81,23 +109,32 @@ def main(argv=None):
     layers = sandbox.protections()
     print(f"{len(batch)} answers x {len(batch[0][2])} tests; {os.cpu_count()} CPUs; "
           f"sandbox layers: {', '.join(layers) or 'none'}", flush=True)
-    modes = [(f"sandbox (workers={args.workers})", lambda: sandboxed(batch, args.workers, args.timeout_s)),
-             ("sandbox (workers=1)", lambda: sandboxed(batch, 1, args.timeout_s)),
-             ("in-process (no isolation)", lambda: in_process(batch))]
+    w, t_s = args.workers, args.timeout_s
+    modes = [(f"fork server (workers={w})", lambda lat: sandboxed(batch, w, t_s, True, lat)),
+             (f"spawn per answer ({w})", lambda lat: sandboxed(batch, w, t_s, False, lat)),
+             ("fork server (workers=1)", lambda lat: sandboxed(batch, 1, t_s, True, lat)),
+             ("in-process (no isolation)", lambda lat: in_process(batch))]
     rows = []
     for name, fn in modes:
-        best, passed = float("inf"), None
+        best, passed, best_lat = float("inf"), None, []
         for _ in range(args.repeat):
+            lat: list[float] = []
             t = time.perf_counter()
-            passed = fn()
-            best = min(best, time.perf_counter() - t)
-        rows.append((name, best, passed))
+            passed = fn(lat)
+            secs = time.perf_counter() - t
+            if secs < best:
+                best, best_lat = secs, lat
+        rows.append((name, best, passed, best_lat))
+    sandbox.shutdown()
     base = len(batch) / rows[-1][1]
-    print(f"{'mode':<28}{'seconds':>9}{'answers/s':>12}{'vs in-process':>15}{'tests passed':>14}")
-    for name, secs, passed in rows:
+    print(f"{'mode':<28}{'seconds':>9}{'answers/s':>12}{'vs in-process':>15}{'p50 ms':>9}{'p99 ms':>9}"
+          f"{'tests passed':>14}")
+    for name, secs, passed, lat in rows:
         rate = len(batch) / secs
-        print(f"{name:<28}{secs:>9.2f}{rate:>12.1f}{rate / base:>14.4f}x{passed:>14}")
-    if len({p for _, _, p in rows}) != 1:
+        p50, p99 = (f"{1e3 * percentile(lat, q):>9.1f}" if lat else f"{'-':>9}" for q in (0.5, 0.99))
+        print(f"{name:<28}{secs:>9.2f}{rate:>12.1f}{rate / base:>14.4f}x{p50}{p99}{passed:>14}")
+    print(f"fork server / spawn per answer at {w} workers: {rows[1][1] / rows[0][1]:.1f}x the answers/s")
+    if len({p for _, _, p, _ in rows}) != 1:
         print("warning: the modes disagree on the number of tests passed", file=sys.stderr)
         return 1
     return 0

@@ -139,8 +139,8 @@ def _leftover_processes():
 
 
 def _close_project_pools() -> None:
-    """The project's own exit hooks for what it keeps open on purpose (pooled browsers, vLLM engines, llama.cpp servers): run now,
-    so that what they would close at exit is not reported as a leak."""
+    """The project's own exit hooks for what it keeps open on purpose (pooled browsers, vLLM engines, llama.cpp
+    servers, sandbox fork servers): run now, so that what they would close at exit is not reported as a leak."""
     import sys
 
     render = sys.modules.get("sweet.render")
@@ -152,6 +152,9 @@ def _close_project_pools() -> None:
     llama = sys.modules.get("sweet.agents._llama_server")
     if llama is not None:
         llama.close_all()
+    sandbox = sys.modules.get("sweet.sandbox._pool")
+    if sandbox is not None:
+        sandbox.shutdown()
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own session teardown (session fixtures included)

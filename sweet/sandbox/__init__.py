@@ -1,7 +1,16 @@
 """Run model-written ColBench backend answers against hidden tests, never in this process.
 
-Design (``_proc`` starts and talks to children; ``_child`` and ``_confine`` are the only
-code that runs next to the answer):
+Design (``_proc`` starts and talks to children, ``_pool`` keeps the fork servers; ``_child``, ``_confine`` and
+``_server`` are the only code that runs next to the answer):
+* Fork servers (``_pool``, ``_server``; layer 1 below, i.e. root): starting an interpreter and confining it is
+  most of an answer's cost (~15 ms), so each concurrent worker gets one server that has done the costly part once
+  (interpreter, ``_child``/``_confine`` loaded, net+mount+pid namespaces, the private root) and forks one child
+  per answer; only that child confines itself further (its own mount+IPC namespaces and fresh tmpfs cwd,
+  Landlock, its own uid, seccomp, rlimits) and then runs the answer; the server never runs answer code.  The
+  child keeps only its two pipes, the parent talks to it as to a spawned one, and the server kills everything in
+  its pid namespace after each answer.  A server that dies is replaced and the answer in flight re-run once; a
+  server that cannot start (a layer refused), other layers, or ``FORK_SERVER = False`` spawn one interpreter
+  per answer (``_proc.spawn``, the same child code and protocol).  ``shutdown()`` (also at exit) stops them.
 * One child process per answer; all calls run in it in order.  When a call times out or the child dies (segfault,
   ``os._exit``), the group is killed and a fresh child re-executes the code for the *remaining* calls, so one
   looping input costs only its own budget.  One child per call would be simpler but costs ~10x the process
@@ -19,11 +28,13 @@ code that runs next to the answer):
   functions, 1 s per answer call, a reference value of None never passes: ``_official``).  Same children, same
   confinement: only the child's exec scope and the parent's comparison differ.
 * Confinement (``protections()`` lists the layers in force; details in ``_confine``), by fallback order:
-  1. root (here and in CI): netns + mountns + Landlock + uid drop + seccomp.  The child sees only read-only
-     binds of its interpreter's stdlib and the system libraries; its cwd is a private 32 MB tmpfs; the project, /tmp,
-     /dev/shm, /proc (so /proc/<parent>/environ) and home dirs do not exist for it and a disk cannot be filled;
-     no network; it runs as a per-child unused uid with no capabilities and no_new_privs, so it cannot signal us
-     or other answers.  A layer the kernel or a container refuses is skipped; the others still apply.
+  1. root (here and in CI): netns + mountns + Landlock + uid drop + seccomp (+ pidns and ipcns under the fork
+     server: the answer sees only itself and the server's init, and no IPC object of an earlier answer).  The
+     child sees only read-only binds of its interpreter's stdlib and the system libraries; its cwd is a private
+     32 MB tmpfs; the project, /tmp, /dev/shm, /proc (so /proc/<parent>/environ) and home dirs do not exist for
+     it and a disk cannot be filled; no network; it runs as a per-child unused uid with no capabilities and
+     no_new_privs, so it cannot signal us or other answers.  A layer the kernel or a container refuses is
+     skipped; the others still apply.
   2. not root, Linux >= 5.13 (Landlock, probed with the syscall; /sys/kernel/security/lsm may be absent): reads
      only under the same whitelist, writes only under the cwd; ABI >= 4 no TCP bind/connect; ABI >= 6 no
      signals or abstract unix sockets outside the sandbox.  Weaker than 1: the cwd is on the real disk (files
@@ -32,7 +43,8 @@ code that runs next to the answer):
      signalled through ctypes (a warning is logged once).
   Any user on x86_64: a seccomp filter fails fork/clone/exec, namespaces, mounts, chroot, ptrace, bpf, io_uring,
   userfaultfd, keyrings, perf... with EPERM (less kernel to attack).
-  Always: new session (``os.killpg`` at the end), temp cwd (deleted), clean env, rlimits (CPU, AS, FSIZE,
+  Always: new session (``os.killpg`` at the end; under the fork server, SIGKILL to all of its pid namespace but
+  itself), temp cwd (deleted), clean env, rlimits (CPU, AS, FSIZE,
   CORE=0, NPROC=0: no fork and no threads, NOFILE), os.fork/system/kill... stubs (speed bumps only).
 """
 
@@ -48,7 +60,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sweet.sandbox import _official, _proc
+from sweet.sandbox import _official, _pool, _proc
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +71,7 @@ MAX_SAME_HASH = 64  # keys of one set/dict sharing a hash value
 USE_MOUNTNS = True  # layers that can be turned off (tests use this to exercise the fallbacks)
 USE_LANDLOCK = True
 WORK_MB = 32  # size of the private tmpfs cwd when the mount namespace is in force
+FORK_SERVER = True  # False: spawn one interpreter per answer even where a fork server could run (bench, debugging)
 # How answers are scored: "strict" (this project's rules, below) or "official" (the released check_correctness:
 # see ``_official``).  Both run in the same confined children; only the exec scope and the comparison differ.
 SCORINGS = ("strict", "official")
@@ -182,7 +195,8 @@ def _child(code: str, calls: list[str], timeout_s: float, memory_mb: int, site: 
     cfg = {"memory_mb": int(memory_mb), "fsize": 1 << 20, "max_line": MAX_LINE, "site": bool(site),
            "cpu_s": int(timeout_s * (len(calls) + 1) + STARTUP_GRACE_S) + 1,
            "mountns": USE_MOUNTNS, "landlock": USE_LANDLOCK, "work_mb": WORK_MB, "scope": scope}
-    fatal, raw, stop, layers = _proc.spawn(code, calls, cfg, timeout_s, STARTUP_GRACE_S)
+    got = _pool.run(code, calls, cfg, timeout_s, STARTUP_GRACE_S) if FORK_SERVER else None
+    fatal, raw, stop, layers = got or _proc.spawn(code, calls, cfg, timeout_s, STARTUP_GRACE_S)
     if layers is not None:
         _warn_once(layers)
     results = []
@@ -211,6 +225,11 @@ def _run(code: str, calls: list[str], timeout_s: float = 2.0, memory_mb: int = 5
             if stop == "bad result":  # the child speaks garbage or forges: do not keep restarting it
                 out += [(False, stop)] * (len(calls) - len(out))
     return None, out
+
+
+def shutdown() -> None:
+    """Stop the fork servers now (they are also stopped at exit; the next answer starts new ones)."""
+    _pool.shutdown()
 
 
 def protections(site: bool = False) -> list[str]:

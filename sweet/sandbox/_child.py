@@ -1,6 +1,7 @@
 """Child side of :mod:`sweet.sandbox`.  Runs UNTRUSTED model-written code.
 
-Started as ``python -S -P -B _child.py REQ_FD RES_FD`` in a fresh session and temp cwd.  Protocol (the
+Started as ``python -S -P -B _child.py REQ_FD RES_FD`` in a fresh session and temp cwd, or forked by the fork
+server (``_server``), which then calls ``serve`` with the same two pipes and the same protocol.  Protocol (the
 parent's messages are trusted; length-prefixed marshal on REQ_FD):
   parent -> child  {"code", "cfg"}       the child confines itself (:mod:`_confine`), reports it, then
   child -> parent  {"iso": [layers]}     (one JSON line on RES_FD) execs the code, and says
@@ -142,13 +143,20 @@ def _renumber(*fds):
 def main():
     req_fd, fd = _renumber(int(sys.argv[1]), int(sys.argv[2]))
     req = _recv(req_fd)
-    cfg, max_line = req["cfg"], req["cfg"]["max_line"]
     confinement = {"__name__": "_confine"}
     exec(marshal.loads(req.pop("confine")), confinement)  # _confine.py, compiled by the parent
-    layers = confinement["confine"](cfg)
-    confinement["limits"](cfg)
+    layers = confinement["confine"](req["cfg"])
+    confinement["limits"](req["cfg"])
+    del confinement
+    serve(req_fd, fd, req, layers)
+
+
+def serve(req_fd, fd, req, layers):
+    """Report ``layers`` (already in force), then run the answer and its calls: the part after confinement, the
+    same whether this process was started for the answer (``main``) or forked by the fork server (``_server``)."""
+    cfg, max_line = req["cfg"], req["cfg"]["max_line"]
     _stub("netns" in layers)
-    del sys.argv[1:], confinement
+    del sys.argv[1:]
     _emit(fd, {"iso": layers}, max_line)  # before the answer runs, so the parent can trust this line
     per_call = cfg.get("scope") == "per_call"
     ns = {"__name__": "__colbench_answer__", "__builtins__": __builtins__}

@@ -19,12 +19,17 @@ Applied in this order, each best effort, and reported back to the parent by name
               the kernel surface or undo the layers above: fork/clone/exec, unshare/setns, mount and friends,
               chroot, ptrace, bpf, userfaultfd, io_uring, keyrings, perf, modules, kexec...
 Then rlimits (CPU, AS, FSIZE, CORE=0, NPROC=0 so no fork and no threads, NOFILE).
+
+Under the fork server (``_server``) the work splits in two: ``server_namespaces`` (once per server: netns, a
+mount namespace holding the same private root but an empty dir at the cwd, and a pid namespace whose init is the
+server) and ``confine_forked`` (in each forked child, before the answer: its own mount and IPC namespaces with a
+fresh size-capped tmpfs at the cwd, then Landlock, the uid drop and seccomp exactly as above).
 """
 import ctypes
 import os
 import struct
 
-CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWIPC = 0x00020000, 0x40000000, 0x20000000, 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 SYS_LL_CREATE, SYS_LL_ADD, SYS_LL_RESTRICT = 444, 445, 446  # the same number on every architecture
@@ -77,6 +82,11 @@ def _bind(src, root, ro=True, dev=False):
     _mount(None, dst, None, flags)
 
 
+def work_tmpfs(path, uid, gid, work_mb):
+    opts = f"mode=0700,size={work_mb}m,nr_inodes=4096" + (f",uid={uid},gid={gid}" if uid is not None else "")
+    _mount("sbx-work", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts)
+
+
 def private_root(cwd, ro, devs, uid, gid, work_mb):
     """In a fresh mount namespace (already unshared): build a minimal root on a tmpfs mounted over ``cwd`` (an
     empty dir of ours), pivot into it, and chdir to the same path, now an empty private tmpfs.  Returns False
@@ -100,8 +110,8 @@ def private_root(cwd, ro, devs, uid, gid, work_mb):
             os.makedirs(root + os.path.dirname(d), exist_ok=True)
             _bind(d, root, ro=False, dev=True)
         os.makedirs(root + cwd, exist_ok=True)
-        opts = f"mode=0700,size={work_mb}m,nr_inodes=4096" + (f",uid={uid},gid={gid}" if uid is not None else "")
-        _mount("sbx-work", root + cwd, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts)
+        if work_mb is not None:  # None: the fork server, whose children each mount their own (``confine_forked``)
+            work_tmpfs(root + cwd, uid, gid, work_mb)
         _mount(None, root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     except OSError:
         os.chdir("/")
@@ -118,8 +128,9 @@ def private_root(cwd, ro, devs, uid, gid, work_mb):
     return True
 
 
-def landlock(ro, devs, rw_dir):
-    """Restrict this process (and anything it could start) to the whitelist.  Returns the ABI used, 0 if none."""
+def landlock(ro, devs, rw_dir, opened=None):
+    """Restrict this process (and anything it could start) to the whitelist.  Returns the ABI used, 0 if none.
+    ``opened``: ``landlock_open(ro, devs)``, done once by the fork server (only ``rw_dir`` is opened here)."""
     abi = _libc.syscall(SYS_LL_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # LANDLOCK_CREATE_RULESET_VERSION
     if abi < 1:
         return 0
@@ -128,36 +139,45 @@ def landlock(ro, devs, rw_dir):
     attr = struct.pack("=QQQ", fs, net, scoped)[: 8 if abi < 4 else 16 if abi < 6 else 24]
     buf = ctypes.create_string_buffer(attr, len(attr))
     rfd = _check(_libc.syscall(SYS_LL_CREATE, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)), "landlock")
+    mine = landlock_open((), (), rw_dir, fs) + ([] if opened is not None else landlock_open(ro, devs))
     try:
-        rules = [(p, LL_READ) for p in ro] + [(d, 2 | 4 | (1 << 14) | (1 << 15)) for d in devs] + [(rw_dir, fs)]
-        for path, access in rules:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                continue  # not there for us: no access to it is the safe side
-            try:
-                if not os.path.isdir(path):
-                    access &= LL_FILE
-                rule = ctypes.create_string_buffer(struct.pack("=Qi", access & fs, fd), 12)
-                _check(_libc.syscall(SYS_LL_ADD, ctypes.c_int(rfd), ctypes.c_int(1), rule, ctypes.c_uint32(0)), path)
-            finally:
-                os.close(fd)
+        for fd, access, path in (opened or []) + mine:
+            rule = ctypes.create_string_buffer(struct.pack("=Qi", access & fs, fd), 12)
+            _check(_libc.syscall(SYS_LL_ADD, ctypes.c_int(rfd), ctypes.c_int(1), rule, ctypes.c_uint32(0)), path)
         _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         _check(_libc.syscall(SYS_LL_RESTRICT, ctypes.c_int(rfd), ctypes.c_uint32(0)), "landlock_restrict_self")
     finally:
         os.close(rfd)
+        for fd, _, _ in mine:
+            os.close(fd)
     return abi
+
+
+def landlock_open(ro, devs, rw_dir=None, fs=0):
+    """[(O_PATH fd, access, path)] for the rules: read-only under ``ro``, read-write on ``devs`` and (rights
+    ``fs``) under ``rw_dir``.  A path not there for us gets no rule: no access to it is the safe side."""
+    out = []
+    rules = [(p, LL_READ) for p in ro] + [(d, 2 | 4 | (1 << 14) | (1 << 15)) for d in devs]
+    for path, access in rules + ([(rw_dir, fs)] if rw_dir is not None else []):
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
+        out.append((fd, access if os.path.isdir(path) else access & LL_FILE, path))
+    return out
+
+
+class _CapHdr(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("eff", ctypes.c_uint32), ("perm", ctypes.c_uint32), ("inh", ctypes.c_uint32)]
 
 
 def drop_uid(uid, gid, keep_caps):
     """setresgid/setresuid to an unused id keeping only ``keep_caps``.  Exits 70 if half-dropped."""
-
-    class Hdr(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class Data(ctypes.Structure):
-        _fields_ = [("eff", ctypes.c_uint32), ("perm", ctypes.c_uint32), ("inh", ctypes.c_uint32)]
-
+    Hdr, Data = _CapHdr, _CapData
     try:
         _libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0)
         os.setgroups([])
@@ -187,6 +207,18 @@ def seccomp():
     """A seccomp filter failing the syscalls above with EPERM (and any non-x86_64 ABI with a kill).  x86_64 only."""
     if os.uname().machine != "x86_64":
         return False
+    if not _SECCOMP:  # built once per process (the fork server's children reuse it)
+        _SECCOMP.append(_seccomp_prog())
+    filt, fprog = _SECCOMP[0]
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _check(_libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0), "seccomp")  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    return True
+
+
+_SECCOMP = []
+
+
+def _seccomp_prog():
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
     prog = [(ld, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, kill),  # arch must be AUDIT_ARCH_X86_64
@@ -195,10 +227,7 @@ def seccomp():
         prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
     prog.append((ret, 0, 0, allow))
     filt = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *ins) for ins in prog), 8 * len(prog))
-    fprog = struct.pack("=HxxxxxxQ", len(prog), ctypes.addressof(filt))
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    _check(_libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0), "seccomp")  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-    return True
+    return filt, struct.pack("=HxxxxxxQ", len(prog), ctypes.addressof(filt))  # keep filt: fprog points into it
 
 
 def confine(cfg):
@@ -222,9 +251,15 @@ def confine(cfg):
                     keep = 0  # the dirs above the whitelisted ones are now ours (0755): no capability needed
         except OSError:
             os._exit(70)  # the pivot half-failed: refuse rather than guess what is still visible
+    return layers + _last_layers(cfg, cwd, root, keep)
+
+
+def _last_layers(cfg, cwd, root, keep, opened=None):
+    """Landlock, the uid drop and seccomp: the layers that each child applies to itself, in both modes."""
+    layers = []
     if cfg.get("landlock", True):
         try:
-            abi = landlock(ro, devs, cwd)
+            abi = landlock(cfg["ro"], cfg["devs"], cwd, opened)
         except OSError:
             os._exit(70)
         if abi:
@@ -240,8 +275,37 @@ def confine(cfg):
     return layers
 
 
+def server_namespaces(cfg, cwd):
+    """The fork server's share of layer 1, done once: private net, mount and pid namespaces (the pid one applies
+    to the server's children; the first becomes their init) and the private root with an empty, read-only dir at
+    ``cwd``.  Probes the per-answer tmpfs once.  Raises OSError if anything is refused (the parent then spawns)."""
+    _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID), "unshare")
+    if not private_root(cwd, cfg["ro"], cfg["devs"], None, None, None):
+        raise OSError("private root refused")
+    work_tmpfs(cwd, cfg["uid"], cfg["gid"], cfg["work_mb"])  # what each child will do: fail now, not per answer
+    _check(_libc.umount2(_b(cwd), 2), "umount probe")
+    return ["netns", "mountns", "pidns"]
+
+
+def confine_forked(cfg, cwd, opened, readable):
+    """In a child of the fork server, before the answer: its own mount and IPC namespaces (SysV/POSIX IPC objects
+    outlive a process; no later answer may find them) with a fresh tmpfs owned by its uid at ``cwd``, then the
+    layers of ``_last_layers`` (``opened``: the server's ``landlock_open(ro, devs)``; ``readable``: its
+    ``world_readable(ro)``).  Exits 70 when the private cwd cannot be had (the server probed it at start)."""
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    try:
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)
+        work_tmpfs(cwd, cfg["uid"], cfg["gid"], cfg.get("work_mb", 32))
+        os.chdir(cwd)  # into the new mount; the server's dir below it stays empty
+    except OSError:
+        os._exit(70)
+    keep = 0 if readable else cfg.get("keep_caps", 0)
+    return ["ipcns"] + _last_layers(cfg, cwd, True, keep, opened)
+
+
 def limits(cfg):
-    import resource as R
+    import resource as R  # imported by the fork server already; a spawned child pays for it here
 
     for res, val in ((R.RLIMIT_CPU, cfg["cpu_s"]), (R.RLIMIT_AS, cfg["memory_mb"] << 20),
                      (R.RLIMIT_FSIZE, cfg["fsize"]), (R.RLIMIT_CORE, 0), (R.RLIMIT_NPROC, 0), (R.RLIMIT_NOFILE, 64)):

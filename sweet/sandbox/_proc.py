@@ -25,7 +25,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD_SCRIPT = os.path.join(HERE, "_child.py")
 CONFINE_SCRIPT = os.path.join(HERE, "_confine.py")
-FINGERPRINT_FILES = ("_child.py", "_confine.py")  # run by path, not imported: see sweet.codehash
+FINGERPRINT_FILES = ("_child.py", "_confine.py", "_server.py")  # run by path, not imported: see sweet.codehash
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONHASHSEED": "0", "PYTHONUTF8": "1",
        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # no threads: NPROC=0
 _CAP_DAC_READ_SEARCH = 1 << 2
@@ -135,11 +135,12 @@ def _frame(obj) -> bytes:
     return len(data).to_bytes(4, "big") + data
 
 
-def converse(proc, rfd: int, wfd: int, first: dict, calls: list[str], timeout_s: float, grace_s: float,
+def converse(kill_child, rfd: int, wfd: int, first: dict, calls: list[str], timeout_s: float, grace_s: float,
              max_line: int):
     """Send the code, then each call with a fresh nonce once the previous result is in.  Returns (fatal, results,
     stop, layers): fatal = the code itself failed; results = raw (ok, value|reason) for a prefix of the calls;
-    stop = why the next call failed (None if all done); layers = the confinement the child reported."""
+    stop = why the next call failed (None if all done); layers = the confinement the child reported.
+    ``kill_child(grace_s)`` kills the child's group (after grace_s to exit by itself) and returns its exit code."""
     os.set_blocking(wfd, False)
     out, writing = bytearray(_frame(first)), False
     poller = select.poll()
@@ -172,7 +173,7 @@ def converse(proc, rfd: int, wfd: int, first: dict, calls: list[str], timeout_s:
             continue
         chunk = os.read(rfd, 1 << 16)
         if not chunk:
-            reason = exit_reason(kill(proc, min(1.0, max(0.0, deadline - time.monotonic()))))
+            reason = exit_reason(kill_child(min(1.0, max(0.0, deadline - time.monotonic()))))
             return fail(reason, reason)
         buf += chunk
         while (nl := buf.find(b"\n")) >= 0:
@@ -227,7 +228,8 @@ def spawn(code: str, calls: list[str], cfg: dict, timeout_s: float, grace_s: flo
         os.close(res_w)
         req_r = res_w = -1
         first = {"code": code, "cfg": cfg, "confine": confine_code()}
-        return converse(proc, res_r, req_w, first, calls, timeout_s, grace_s, cfg["max_line"])
+        return converse(functools.partial(kill, proc), res_r, req_w, first, calls, timeout_s, grace_s,
+                        cfg["max_line"])
     finally:
         for fd in (req_r, req_w, res_r, res_w):
             if fd >= 0:
