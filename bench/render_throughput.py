@@ -7,6 +7,7 @@ classes and text swapped).  Modes, pages per second side by side:
   pooled (pool=N)        one sweet.render.Renderer, render_many over all pages, N pages at once
   pooled (pool=1)        one page at a time
   pooled, whole tailwind pool=N, but every page is sent the whole 2.9 MB Tailwind file instead of its subset
+  pooled, pw screenshot  pool=N, screenshots by Playwright's page.screenshot (before sweet/render/_shot.py)
   browser per render     a fresh Renderer (Playwright driver + Chromium launch + page) for every page
 
 Start-up of the pooled renderer is reported separately and not counted in its pages/s (it is paid once per
@@ -15,6 +16,7 @@ is byte-identical to the per-render one (rendering is deterministic, so pooling 
 
   python bench/render_throughput.py                      # 20 pages, pool 4 (~1 min on 2 cores)
   python bench/render_throughput.py --pages 40 --pool 8 --javascript
+  python bench/render_throughput.py --profile            # + per-phase ms and CPU ms per page by process
 """
 from __future__ import annotations
 
@@ -29,6 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sweet import render as R  # noqa: E402
+
+
+class PlaywrightShot(R.Renderer):
+    """The screenshot step as it was before sweet/render/_shot.py (same bytes, ~8 round trips)."""
+
+    async def _capture(self, slot):
+        return await self._capture_playwright(slot.page)
 
 FIXTURES = ROOT / "tests" / "data" / "frontend"
 SWAPS = [("blue", "indigo"), ("indigo", "purple"), ("gray", "gray"), ("yellow", "green"), ("pink", "red"),
@@ -61,6 +70,8 @@ def main(argv=None) -> int:
     ap.add_argument("--per-render-pages", type=int, default=None,
                     help="pages for the slow per-render mode (default: all)")
     ap.add_argument("--executable-path", default=None, help="Chromium binary (default: found automatically)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile the pooled modes: per-phase wall ms and CPU ms per page by process")
     args = ap.parse_args(argv)
     vw, vh = (int(x) for x in args.viewport.lower().split("x"))
     ok, why = R.browser_available(args.executable_path)
@@ -72,21 +83,32 @@ def main(argv=None) -> int:
     print(f"{len(htmls)} pages, viewport {vw}x{vh}, javascript {'on' if args.javascript else 'off'}, "
           f"browser {why}, {os.cpu_count()} CPUs")
 
-    rows = []
+    rows, profiles = [], []
     t = time.perf_counter()
     pooled = R.Renderer(pool_size=args.pool, **kw)
     start_s = time.perf_counter() - t
     try:
         pooled.render(htmls[0])  # warm-up: first context, Tailwind parsed once by the process
         for name, pool, extra in ((f"pooled (pool={args.pool})", args.pool, {}), ("pooled (pool=1)", 1, {}),
-                                  ("pooled, whole tailwind", args.pool, {"tailwind_subset": False})):
-            r = pooled if pool == args.pool and not extra else R.Renderer(pool_size=pool, **kw, **extra)
+                                  ("pooled, whole tailwind", args.pool, {"tailwind_subset": False}),
+                                  ("pooled, pw screenshot", args.pool, {"cls": PlaywrightShot})):
+            extra = dict(extra)
+            cls = extra.pop("cls", R.Renderer)
+            r = pooled if pool == args.pool and not extra and cls is R.Renderer else cls(pool_size=pool, **kw, **extra)
             try:
                 if r is not pooled:
                     r.render(htmls[0])
+                if args.profile:
+                    from _render_profile import CpuMeter, PhaseTimer, instrument
+                    timer, cpu = PhaseTimer(), CpuMeter()
+                    instrument(r, timer)
+                    before = cpu.sample()
                 t = time.perf_counter()
                 res = r.render_many(htmls)
                 dt = time.perf_counter() - t
+                if args.profile:
+                    profiles.append(f"== {name}\n{timer.report(len(htmls))}\n"
+                                    f"{CpuMeter.report(before, cpu.sample(), len(htmls), dt)}")
                 rows.append((name, len(htmls), dt, res, r.launches))
             finally:
                 if r is not pooled:
@@ -112,6 +134,9 @@ def main(argv=None) -> int:
         same = sum(1 for a, b in zip(res, single) if a.png == b.png)
         print(f"{name:<22}{n:>6}{secs:>9.2f}{n / secs:>9.2f}{(n / secs) / base_rate:>6.1f}x{launches:>10}"
               f"{errors:>8}{same:>7}/{min(n, n_single)}")
+    if profiles:
+        print("\nprofile (wall ms are inflated by anything else running; CPU ms much less so):")
+        print(*profiles, sep="\n\n")
     bad = [x.error for _, _, _, res, _ in rows for x in res if x.error]
     if bad:
         print("\nerrors:", *sorted(set(bad))[:5], sep="\n  ")

@@ -485,3 +485,31 @@ def test_dom_capture_of_a_hostile_page_is_defined_and_bounded(js_renderer, hosti
         assert js_renderer.slots_replaced > before  # the stuck page is not reused
     ok = js_renderer.render(colour_page((0, 128, 0), "<p>fine</p>"), dom=True)
     assert ok.ok and ok.dom["blocks"][0]["text"] == "fine"
+
+
+class _PlaywrightShot(R.Renderer):
+    """The screenshot as it was taken before sweet/render/_shot.py: Playwright's own page.screenshot."""
+
+    async def _capture(self, slot):
+        return await self._capture_playwright(slot.page)
+
+
+@needs_browser
+def test_cdp_capture_gives_the_bytes_of_playwrights_screenshot(renderer):
+    # The fixtures plus what Playwright's screenshot prepares for: an autofocused input (caret hidden), finite and
+    # infinite animations (finished / cancelled), a same-origin iframe, a tall (clipped) and a wide document.
+    anim = ("<style>@keyframes s{to{transform:rotate(90deg)}}.a{animation:s 1s linear infinite}"
+            ".b{animation:s 5s 1}</style>")
+    htmls = [p.read_text() for p in sorted(DATA.glob("*.html"))] + [
+        f"<html><body>{anim}<input autofocus value='x'><div class=a>spin</div><div class=b>once</div></body></html>",
+        "<iframe srcdoc=\"<input autofocus><p style='animation:x 1s infinite'>in a frame</p>\"></iframe>",
+        "<div style='height:9000px;background:linear-gradient(red,blue)'>tall</div>",
+        "<div style='height:700px;width:1500px;background:green'>wide</div>", "<p>tiny</p>"]
+    with _PlaywrightShot(pool_size=2, viewport=VIEW, timeout_s=20) as old:
+        before = old.render_many(htmls)
+    after = renderer.render_many(htmls)
+    for i, (a, b) in enumerate(zip(before, after)):
+        assert a.ok and b.ok, (i, a.error, b.error)
+        assert a.png == b.png, i
+        assert (a.width, a.height, a.clipped) == (b.width, b.height, b.clipped), i
+    assert after[-3].clipped and after[-3].height == renderer.max_height

@@ -16,6 +16,7 @@ import re
 import time
 
 from sweet.render._assets import TAILWIND_VERSION, _TAILWIND_CSS_URL, placeholder_size, solid_png
+from sweet.render._shot import CLEANUP_SCRIPT, capture
 from sweet.render.dom import DOM_SCRIPT, MAX_BLOCKS
 
 log = logging.getLogger("sweet.render")  # the package logger, whichever module logs
@@ -46,10 +47,11 @@ class _Job:
 class _Slot:
     """A browser context with its one page, reused for several renders."""
 
-    __slots__ = ("ctx", "page", "uses", "job", "generation")
+    __slots__ = ("ctx", "page", "cdp", "uses", "job", "generation")
 
-    def __init__(self, ctx, page, generation: int):
+    def __init__(self, ctx, page, generation: int, cdp=None):
         self.ctx, self.page, self.generation = ctx, page, generation
+        self.cdp = cdp  # the page's own CDP session, for the screenshot (sweet/render/_shot.py)
         self.uses = 0
         self.job: _Job | None = None
 
@@ -77,7 +79,7 @@ class _SlotPool:
             color_scheme="light", reduced_motion="reduce")
         ctx.set_default_timeout(self.timeout_s * 1000)
         page = await ctx.new_page()
-        slot = _Slot(ctx, page, self._generation)
+        slot = _Slot(ctx, page, self._generation, await ctx.new_cdp_session(page))
         self.slots_created += 1
         await ctx.route("**/*", lambda route: self._route(slot, route))
         try:
@@ -208,7 +210,14 @@ class _SlotPool:
                     t.cancel()
             await asyncio.gather(load, left, return_exceptions=True)
 
-    async def _capture(self, page) -> tuple[bytes, bool]:
+    async def _capture(self, slot: _Slot) -> tuple[bytes, bool]:
+        """One evaluate and one CDP capture (sweet/render/_shot.py): the bytes Playwright's clipped full-page
+        screenshot gives, in two round trips instead of about eight."""
+        got = await capture(slot.page, slot.cdp, self.viewport, self.max_height)
+        return got if got is not None else await self._capture_playwright(slot.page)
+
+    async def _capture_playwright(self, page) -> tuple[bytes, bool]:
+        """Playwright's own screenshot: for a page without a body (it waits for one, within timeout_s)."""
         vw, vh = self.viewport
         full = await page.evaluate(
             "() => Math.max(document.documentElement ? document.documentElement.scrollHeight : 0,"
@@ -223,7 +232,9 @@ class _SlotPool:
         """(the page's blocks or None, whether the page still answered).  Failing here fails no render: the
         screenshot is already taken, so a DOM that cannot be read is only left out."""
         try:
-            tree = await asyncio.wait_for(page.evaluate(DOM_SCRIPT), self.timeout_s)
+            # Undo the screenshot's caret / animation changes first, as Playwright's screenshot did on return.
+            tree = await asyncio.wait_for(page.evaluate(f"() => {{ ({CLEANUP_SCRIPT})(); return ({DOM_SCRIPT})(); }}"),
+                                          self.timeout_s)
         except asyncio.TimeoutError:
             log.debug("dom capture timed out after %gs", self.timeout_s)
             return None, False  # a script that never yields: the slot must not be reused

@@ -1,0 +1,108 @@
+"""The screenshot step of one render (sweet/render/_slots.py): one page evaluate and one CDP capture.
+
+Why not ``page.screenshot``: for a clipped full-page PNG Playwright makes about seven browser round trips (prepare
+the page in every frame, ``document.fonts.ready``, the page's full size, ``Page.getLayoutMetrics``,
+``Page.captureScreenshot``, restore), each through its node driver; profiled (``bench/render_throughput.py
+--profile``), the driver, the browser process and the waits around them were a large part of a pooled render.
+Here the same steps run as ONE evaluate (``PREPARE_SCRIPT``) and one ``Page.captureScreenshot`` on the slot's own
+CDP session, with exactly the parameters Playwright sends (same clip, ``scale: 1``, ``captureBeyondViewport``
+when the document does not fit the viewport, default PNG encoding), so the PNG bytes are the same.
+
+What ``PREPARE_SCRIPT`` does, in Playwright's order (``inPagePrepareForScreenshots`` with ``caret="hide"`` and
+``animations="disabled"``): measure the document height (our clip: max of the html and body ``scrollHeight``),
+hide carets of inputs / textareas / contenteditables, finish finite animations and cancel infinite ones (also ones
+that start during the capture), in the document, its shadow roots and same-origin iframes; wait for
+``document.fonts.ready``; then measure the full-page size as Playwright does (which trims the clip).  Its cleanup
+(carets back, infinite animations resumed) is kept in ``window.__sweetCleanup`` and run before a DOM capture, as
+Playwright runs its own after the screenshot, so the DOM is read from the same page state as before.
+
+Differences from Playwright, by design: the script runs in the page's main world (Playwright uses an isolated
+one), so with ``javascript=True`` a page could change what it calls; it can only change its own pixels, which
+such a page can do anyway.  The network guards are untouched: this step makes no request.
+"""
+
+from __future__ import annotations
+
+import base64
+
+PREPARE_SCRIPT = """async () => {
+  const de = document.documentElement, body = document.body;
+  const h0 = Math.max(de ? de.scrollHeight : 0, body ? body.scrollHeight : 0);
+  const roots = [];
+  const collect = (root) => {
+    roots.push(root);
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_ELEMENT);
+    do {
+      const node = walker.currentNode;
+      if (node instanceof Element && node.shadowRoot) collect(node.shadowRoot);
+      if (node instanceof HTMLIFrameElement) {
+        let doc = null;
+        try { doc = node.contentDocument; } catch (e) {}
+        if (doc && doc.documentElement) collect(doc);
+      }
+    } while (walker.nextNode());
+  };
+  if (de) collect(document);
+  const cleanups = [];
+  const carets = new Map();
+  for (const root of roots) {
+    root.querySelectorAll("input,textarea,[contenteditable]").forEach((el) => {
+      carets.set(el, {value: el.style.getPropertyValue("caret-color"),
+                      priority: el.style.getPropertyPriority("caret-color")});
+      el.style.setProperty("caret-color", "transparent", "important");
+    });
+  }
+  cleanups.push(() => { for (const [el, v] of carets) el.style.setProperty("caret-color", v.value, v.priority); });
+  const resume = new Set();
+  const handle = (root) => {
+    for (const a of root.getAnimations()) {
+      if (!a.effect || a.playbackRate === 0 || resume.has(a)) continue;
+      if (Number.isFinite(a.effect.getComputedTiming().endTime)) { try { a.finish(); } catch (e) {} }
+      else { try { a.cancel(); resume.add(a); } catch (e) {} }
+    }
+  };
+  for (const root of roots) {
+    const h = () => handle(root);
+    h();
+    root.addEventListener("transitionrun", h);
+    root.addEventListener("animationstart", h);
+    cleanups.push(() => { root.removeEventListener("transitionrun", h); root.removeEventListener("animationstart", h); });
+  }
+  cleanups.push(() => { for (const a of resume) { try { a.play(); } catch (e) {} } });
+  window.__sweetCleanup = () => { for (const c of cleanups) c(); delete window.__sweetCleanup; };
+  try { await document.fonts.ready; } catch (e) {}
+  const b = document.body, d = document.documentElement;
+  if (!b || !d) return {h0, full: null};
+  return {h0, full: {
+    width: Math.max(b.scrollWidth, d.scrollWidth, b.offsetWidth, d.offsetWidth, b.clientWidth, d.clientWidth),
+    height: Math.max(b.scrollHeight, d.scrollHeight, b.offsetHeight, d.offsetHeight, b.clientHeight, d.clientHeight)}};
+}"""
+
+CLEANUP_SCRIPT = "() => { if (window.__sweetCleanup) window.__sweetCleanup(); }"
+
+
+def clip_for(viewport: tuple[int, int], max_height: int, h0: int, full: dict) -> tuple[dict, bool, bool]:
+    """(CDP clip, captureBeyondViewport, clipped): our clip (viewport width, document height within [vh,
+    max_height]) trimmed to the full-page size, as Playwright's ``trimClipToSize`` does."""
+    vw, vh = viewport
+    height = max(vh, min(h0, max_height))
+    fw, fh = full["width"], full["height"]
+    w, h = max(0, min(vw, fw)), max(0, min(height, fh))
+    fits = fw <= vw and fh <= vh
+    return {"x": 0, "y": 0, "width": w, "height": h, "scale": 1}, not fits, h0 > max_height
+
+
+async def capture(page, cdp, viewport: tuple[int, int], max_height: int) -> tuple[bytes, bool] | None:
+    """(PNG, clipped), or None when the page has no body / documentElement (the caller falls back to Playwright's
+    screenshot, which waits for them)."""
+    got = await page.evaluate(PREPARE_SCRIPT)
+    if not got or not got.get("full"):
+        await page.evaluate(CLEANUP_SCRIPT)
+        return None
+    clip, beyond, clipped = clip_for(viewport, max_height, int(got["h0"] or 0), got["full"])
+    if clip["width"] <= 0 or clip["height"] <= 0:
+        await page.evaluate(CLEANUP_SCRIPT)
+        return None
+    shot = await cdp.send("Page.captureScreenshot", {"format": "png", "clip": clip,
+                                                     "captureBeyondViewport": beyond})
+    return base64.b64decode(shot["data"]), clipped
