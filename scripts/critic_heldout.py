@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sweet.config import load_config  # noqa: E402
-from sweet.stages.diagnostics import critic_diagnostics  # noqa: E402
+from sweet.stages.diagnostics import OUT_FILE, critic_diagnostics  # noqa: E402
 from sweet.store import read_rows  # noqa: E402
 
 
@@ -41,22 +41,24 @@ def main(argv=None) -> int:
     rows = [r for r in read_rows(args.episodes) if r["method"] == args.method and r["mode"] == args.mode]
     if not rows:
         ap.error(f"{args.episodes} has no {args.method}/{args.mode} episodes")
+    critics = [spec.partition("=")[::2] for spec in args.critic]
+    for spec, (name, folder) in zip(args.critic, critics):  # all checked before the first (minutes-long) scoring
+        if not name or not folder or not Path(folder).is_dir():
+            ap.error(f"--critic {spec!r}: expected NAME=DIR with an existing critic folder")
     out_root = args.out or Path(tempfile.mkdtemp(prefix="critic-heldout-"))
     print(f"{len(rows)} {args.method}/{args.mode} episodes; reports under {out_root}")
     print("| critic | held-out pairs | pair accuracy [95% over tasks] | best-of-N reward (critic / oracle) |")
     print("|---|---|---|---|")
-    for spec in args.critic:
-        name, _, folder = spec.partition("=")
-        if not folder or not Path(folder).is_dir():
-            ap.error(f"--critic {spec!r}: expected NAME=DIR with an existing critic folder")
+    for name, folder in critics:
         out = out_root / name
         out.mkdir(parents=True, exist_ok=True)
         critic_diagnostics(cfg, out, rows, Path(folder), None)
-        rep = json.loads((out / "critic_diagnostics.json").read_text())
+        rep = json.loads((out / OUT_FILE).read_text())
         acc = rep["pair_accuracy"]
-        ci = acc.get("accuracy_ci") or [float("nan")] * 2
+        shown = ("— (no pair of episodes differs enough)" if acc["accuracy"] is None
+                 else f"{acc['accuracy']:.3f} [{acc['accuracy_ci'][0]:.3f}, {acc['accuracy_ci'][1]:.3f}]")
         curve = ", ".join(f"N={n}: {v['critic']:.3f} / {v['oracle']:.3f}" for n, v in rep["best_of_n"].items())
-        print(f"| {name} | {acc['pairs']} | {acc['accuracy']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] | {curve} |", flush=True)
+        print(f"| {name} | {acc['pairs']} | {shown} | {curve} |", flush=True)
     return 0
 
 
