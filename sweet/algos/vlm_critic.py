@@ -75,6 +75,8 @@ class Screens:
         """(resized PNG, number of image tokens it takes)."""
         key = hashlib.sha256(png).digest()
         if key not in self._cache:
+            if len(self._cache) >= 4096:
+                self._cache.clear()  # a bound on memory: ranking sees new pages every turn
             from PIL import Image
             from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
 
