@@ -100,7 +100,8 @@ class PairsConfig(_Cfg):
         "chosen = the best, rejected = each strictly worse one. 'margin': every pair whose rewards differ by at "
         "least min_margin (frontend uses 0.1).")
     min_margin: float = Field(1e-6, ge=0.0, description="'margin' rule: smallest reward difference of a pair.")
-    max_pairs_per_task: int = Field(2, ge=1, description="Cap per task; widest reward margins first.")
+    max_pairs_per_task: int = Field(2, ge=0, description="Cap per task; widest reward margins first (0 = no cap, "
+                                    "every pair the rule gives, as released).")
 
 
 # Optimiser settings of the critic and the actor. Defaults = transformers' own (AdamW betas (0.9, 0.999), linear decay
@@ -133,7 +134,13 @@ class CriticConfig(_Cfg):
     use_training_info: bool = Field(True, description="Give the critic the reference solution c "
                                     "(False = ablation 'critic without c').")
     head: Literal["lm", "value"] = Field("lm", description="'lm': advantages read off the LM head (SWEET-RL); "
-                                         "'value': a scalar head on mean-pooled states regressed on rewards (ablation).")
+                                         "'value': a scalar head on mean-pooled states regressed on rewards "
+                                         "(ablation). kind='vlm' always has a regression head.")
+    kind: Literal["text", "vlm"] = Field("text", description="'text': an LM reads the dialogue and c as text. 'vlm' "
+                                         "(frontend; the paper's): a Qwen2-VL + regression head also reads each "
+                                         "page's screenshot, c = the reference's (`algos/vlm_critic.py`).")
+    image_max_pixels: int = Field(0, ge=0, description="kind='vlm': pixels per screenshot at most (28x28 = one "
+                                  "image token); 0 = the processor's (Qwen2-VL: 28*28*1280).")
     lora: bool = Field(True, description="LoRA (reference = adapter off) or full fine-tuning (a frozen copy as reference).")
     schedule: Schedule = "linear"
     min_lr_ratio: MinLrRatio = 0.1
@@ -242,10 +249,19 @@ class FrontendConfig(_Cfg):
                              "a defined (blank or partial) screenshot and an error, never a hung stage.")
     javascript: bool = Field(False, description="Run the pages' scripts (still offline). WebSight pages are static.")
     chromium: str = Field("", description="Chromium executable; empty = Playwright's own browser, else the system one.")
+    screenshot_max_height: int = Field(2880, ge=240, description="Full-page screenshots are clipped at this height "
+                                       "(px; 4x the default viewport height), at least viewport_height.")
     sim_reply_chars: int = Field(1000, ge=50, description="Simulator replies are cut here (paper: 1,000 characters).")
     win_rate_baseline: str = Field("zero_shot", description="The system (table row) other systems' win rates are "
                                    "measured against; the paper uses GPT-4o's pages (add 'api:gpt-4o' to "
                                    "evaluate.agents and set this to 'gpt-4o').")
+
+
+    @model_validator(mode="after")
+    def _clip_below_viewport(self):
+        if self.screenshot_max_height < self.viewport_height:
+            raise ValueError(f"frontend.screenshot_max_height must be at least viewport_height ({self.viewport_height})")
+        return self
 
 
 class TrackingConfig(_Cfg):
@@ -305,6 +321,8 @@ class PipelineConfig(_Cfg):
                 raise ValueError("tasks.generator writes backend tasks only; frontend tasks come from tasks.source")
             if self.collect.offline_path:
                 raise ValueError("collect.offline_path imports backend trajectories only")
+        elif self.critic.kind == "vlm":
+            raise ValueError("critic.kind='vlm' reads screenshots of frontend pages; backend tasks have none")
         return self
 
     @model_validator(mode="after")
@@ -332,6 +350,9 @@ class PipelineConfig(_Cfg):
                 elif getattr(self.critic, key) != getattr(default, key):
                     raise ValueError(f"critic.{key}={getattr(self.critic, key)!r} is the '{method}' ablation: "
                                      f"set method={method} instead")
+        if self.critic.kind == "vlm" and self.method in ("no_length_norm", "value_head"):
+            raise ValueError(f"method={self.method} changes the text critic only (the vlm critic is a regression "
+                             "head on mean-pooled states already); set critic.kind=text to run it")
         return self
 
     @property

@@ -121,8 +121,12 @@ def test_paper_profiles_load_the_released_recipe(name):
     c, a, e = cfg.critic, cfg.actor, cfg.evaluate
     for section in (c, a):  # the released optimiser, in both training stages
         assert (section.schedule, section.min_lr_ratio, section.warmup_ratio) == ("cosine", 0.1, 0.03)
-        assert section.adam_betas == (0.9, 0.95) and section.lora is False and section.lr == 2e-7
-    if name == "paper-eq":  # the paper's Eq. 2-3 critic with its NLL term, in its own experiment
+        assert section.adam_betas == (0.9, 0.95)
+        if section is a or name != "paper-frontend":  # full fine-tuning at 2e-7
+            assert section.lora is False and section.lr == 2e-7
+    if name == "paper-frontend":  # the paper's Qwen2-VL critic, a LoRA (tests/test_vlm_critic.py)
+        assert (c.kind, c.lora) == ("vlm", True)
+    elif name == "paper-eq":  # the paper's Eq. 2-3 critic with its NLL term, in its own experiment
         assert (c.variant, c.nll_coef, cfg.experiment) == ("paper", 0.01, "paper-eq")
     else:  # the released critic: one token mean, no NLL term
         assert (c.variant, c.nll_coef) == ("official", 0.0)

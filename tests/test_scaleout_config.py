@@ -47,15 +47,18 @@ def test_accelerate_config_is_a_shipped_name_or_an_existing_file(tmp_path):
 def test_paper_profiles_load_with_the_paper_settings(name, monkeypatch):
     monkeypatch.delenv("SWEET_SIMULATOR_URL", raising=False)
     cfg = load_config(name)
-    assert cfg.profile == name and cfg.models.policy == cfg.models.critic_base == "meta-llama/Llama-3.1-8B-Instruct"
-    # The released critic (no NLL term); the recipe as a whole: tests/test_config.py
-    assert (cfg.critic.lora, cfg.critic.lr, cfg.critic.beta, cfg.critic.nll_coef) == (False, 2e-7, 0.1, 0.0)
+    frontend = name == "paper-frontend"
+    assert cfg.profile == name and cfg.models.policy == "meta-llama/Llama-3.1-8B-Instruct"
+    if frontend:  # the paper's frontend critic: Qwen2-VL-7B reading screenshots (tests/test_vlm_critic.py)
+        assert (cfg.models.critic_base, cfg.critic.kind) == ("Qwen/Qwen2-VL-7B-Instruct", "vlm")
+    else:  # the released critic (no NLL term); the recipe as a whole: tests/test_config.py
+        assert cfg.models.critic_base == cfg.models.policy and cfg.critic.kind == "text"
+        assert (cfg.critic.lora, cfg.critic.lr, cfg.critic.beta, cfg.critic.nll_coef) == (False, 2e-7, 0.1, 0.0)
     assert (cfg.actor.beta, cfg.actor.nll_coef, cfg.actor.epochs) == (0.1, 0.01, 1)
     assert (cfg.candidates.n, cfg.candidates.temperature) == (16, 1.0)
     assert cfg.collect.max_turns == cfg.evaluate.max_turns == 10
     assert (cfg.engine.backend, cfg.engine.launcher, cfg.engine.accelerate_config) == ("vllm", "accelerate", "zero3")
     assert cfg.models.device == "cuda"
-    frontend = name == "paper-frontend"
     assert cfg.critic.epochs == (8 if frontend else 4)
     sim = cfg.frontend.simulator if frontend else cfg.models.simulator
     model = "Qwen/Qwen2-VL-72B-Instruct" if frontend else "meta-llama/Llama-3.1-70B-Instruct"

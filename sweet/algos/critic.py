@@ -60,17 +60,21 @@ def decode(decoder, input_ids, attention_mask=None, cache=None):
     return out.last_hidden_state, getattr(out, name)
 
 
-def last_hidden(model, decoder, input_ids, attention_mask, cache=None) -> torch.Tensor:
+def last_hidden(model, decoder, input_ids, attention_mask, cache=None, **inputs) -> torch.Tensor:
     """The decoder's final (normed) hidden states. Without a cache this goes through `model`'s own forward -- the
     wrapper DDP, FSDP or DeepSpeed put around it syncs gradients and gathers shards only there -- with logits for
     one position, the states taken from `decoder`'s output by a hook (asking for every layer's hidden states would
-    keep them all alive in the no-grad reference pass). Cached scoring (inference only) calls the decoder."""
+    keep them all alive in the no-grad reference pass). Cached scoring (inference only) calls the decoder.
+    `inputs`: more inputs of `model`'s forward (a vision-language model's pixel_values, image_grid_thw, ...)."""
     if cache is not None:
+        if inputs:
+            raise ValueError("last_hidden: a cached prefix is decoded by the text decoder alone, without "
+                             f"{sorted(inputs)}")
         return decode(decoder, input_ids, attention_mask, cache)[0]
     seen = []
     hook = decoder.register_forward_hook(lambda _module, _args, out: seen.append(out.last_hidden_state))
     try:
-        model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, use_cache=False)
+        model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, use_cache=False, **inputs)
     finally:
         hook.remove()
     return seen[-1]

@@ -38,16 +38,16 @@ def local_model_path(base_model: str) -> str:
     return str(Path(base_model).resolve()) if Path(base_model).is_dir() else base_model
 
 
-def load_base_model(base_model: str, seed: int, device: str = "auto"):
-    """The model to train, in the precision of `device`, with every RNG seeded first: LoRA's A matrices and a value
-    head are initialised after this and before the Trainer seeds anything."""
+def load_base_model(base_model: str, seed: int, device: str = "auto", model_class=AutoModelForCausalLM):
+    """The model to train (a `model_class`), in the precision of `device`, with every RNG seeded first: LoRA's A
+    matrices and a value head are initialised after this and before the Trainer seeds anything."""
     transformers.set_seed(seed)
-    return AutoModelForCausalLM.from_pretrained(base_model, dtype=model_dtype(pick_device(device)))
+    return model_class.from_pretrained(base_model, dtype=model_dtype(pick_device(device)))
 
 
-def lora_config(r: int, alpha: int) -> LoraConfig:
+def lora_config(r: int, alpha: int, target_modules: str | list[str] = "all-linear") -> LoraConfig:
     # lora_dropout 0: with B zero-initialised the adapter starts exactly at pi_ref (advantage 0), deterministically.
-    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=target_modules, task_type="CAUSAL_LM")
 
 
 class FullFTModel:

@@ -48,8 +48,8 @@ def attach_value_head(base, bias: float = 0.0) -> torch.nn.Linear:
     return head
 
 
-def value_lora_config(r: int, alpha: int):
-    cfg = lora_config(r, alpha)
+def value_lora_config(r: int, alpha: int, target_modules: str | list[str] = "all-linear"):
+    cfg = lora_config(r, alpha, target_modules)
     cfg.modules_to_save, cfg.exclude_modules = [HEAD], [HEAD]  # train + save the head whole, no LoRA on it
     return cfg
 
@@ -63,10 +63,15 @@ def pool_spans(hidden: torch.Tensor, span_ids: torch.Tensor, n_spans: int) -> tu
     return pooled, counts > 0
 
 
-def span_values(model, input_ids, attention_mask, span_ids, n_spans: int, cache=None):
-    """V for each span: head(mean of the last hidden states over the span). Returns (values [B, K], present [B, K])."""
+# Inputs of a vision-language model's forward that a batch may carry besides the tokens (`vlm_critic.py`).
+EXTRA_INPUTS = ("pixel_values", "image_grid_thw", "mm_token_type_ids")
+
+
+def span_values(model, input_ids, attention_mask, span_ids, n_spans: int, cache=None, **inputs):
+    """V for each span: head(mean of the last hidden states over the span). Returns (values [B, K], present [B, K]).
+    `inputs`: more inputs of the model's forward (`EXTRA_INPUTS`)."""
     base = extract_model_from_parallel(model).get_base_model()
-    hidden = last_hidden(model, base.get_decoder(), input_ids, attention_mask, cache)
+    hidden = last_hidden(model, base.get_decoder(), input_ids, attention_mask, cache, **inputs)
     with torch.autocast(hidden.device.type, enabled=False):  # the head stays fp32 under bf16 mixed precision
         pooled, present = pool_spans(hidden, span_ids, n_spans)
         return getattr(base, HEAD)(pooled).squeeze(-1), present
@@ -77,7 +82,7 @@ def value_loss(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     returns (loss, values, present)."""
     turn_ids = batch["turn_ids"]
     values, present = span_values(model, batch["input_ids"], batch["attention_mask"], turn_ids,
-                                  int(turn_ids.max()) + 1)
+                                  int(turn_ids.max()) + 1, **{k: batch[k] for k in EXTRA_INPUTS if k in batch})
     return value_regression_loss(values, present, batch["reward"]), values, present
 
 
@@ -142,14 +147,18 @@ def train_value_critic(trajectories: list[dict], base_model: str, out_dir: Path,
     base_model = local_model_path(base_model)
     trainer, tokenizer = value_trainer(trajectories, base_model, out_dir, cfg, callbacks, device)
 
-    def write_extra():  # the head read back from the saved adapter: whole even where training sharded it
-        from safetensors.torch import load_file
-        saved = load_file(final / "adapter_model.safetensors")
-        torch.save({k.split(f"{HEAD}.")[-1]: v.float() for k, v in saved.items() if f".{HEAD}." in k},
-                   final / HEAD_FILE)
+    def write_extra():
+        save_head_copy(final)
         write_critic_config(final, cfg, head="value", lora=True, base_model=base_model)
 
     return run_training(trainer, final, tokenizer, write_extra)
+
+
+def save_head_copy(final: Path) -> None:
+    """`value_head.pt`: the head read back from the saved adapter (whole even where training sharded it)."""
+    from safetensors.torch import load_file
+    saved = load_file(final / "adapter_model.safetensors")
+    torch.save({k.split(f"{HEAD}.")[-1]: v.float() for k, v in saved.items() if f".{HEAD}." in k}, final / HEAD_FILE)
 
 
 # ------------------------------------------------------------------------------------------------- scoring

@@ -14,8 +14,10 @@ would; the official regex would drop it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, ClassVar
 
 from sweet import progress
@@ -125,6 +127,48 @@ class FrontendEnv:
 def _png(res):
     """The screenshot of a render, or None (scored as a black image) when nothing could be rendered."""
     return getattr(res, "png", None) or None
+
+
+class PageScreens:
+    """Screenshots of the pages that texts hold, for a critic that reads them (`critic.kind=vlm`): called with texts
+    (agent actions, a reference page), it returns one PNG per text, None where a text holds no page
+    (`extract_html`) or its page rendered nothing. Each distinct page is rendered once, in one pooled batch per
+    call; with `folder`, the PNGs are also kept there by content hash (so another process, or a resumed stage,
+    renders none again). The renderer is made by `make_renderer` the first time a page needs rendering."""
+
+    def __init__(self, make_renderer: Callable[[], object], folder=None, keep: int = 4096):
+        self.make_renderer, self.renderer = make_renderer, None
+        self.folder, self.keep, self._pngs = (Path(folder) if folder else None), keep, {}
+
+    def _file(self, html: str):
+        return self.folder / f"{hashlib.sha256(html.encode()).hexdigest()[:32]}.png" if self.folder else None
+
+    def __call__(self, texts: list[str]) -> list[bytes | None]:
+        htmls = [extract_html(t) for t in texts]
+        if len(self._pngs) > self.keep:
+            self._pngs.clear()  # a bound on memory (one call's pages are always kept); what is on disk stays
+        todo = []
+        for h in dict.fromkeys(h for h in htmls if h is not None and h not in self._pngs):
+            f = self._file(h)
+            if f is not None and f.exists():
+                self._pngs[h] = f.read_bytes() or None  # an empty file: the page rendered nothing
+            else:
+                todo.append(h)
+        if todo:
+            self.renderer = self.renderer or self.make_renderer()
+            for h, res in zip(todo, self.renderer.render_many(todo)):
+                self._pngs[h] = _png(res)
+                if self.folder is not None:
+                    self.folder.mkdir(parents=True, exist_ok=True)
+                    tmp = self._file(h).with_suffix(".tmp")
+                    tmp.write_bytes(self._pngs[h] or b"")
+                    tmp.replace(self._file(h))
+        return [self._pngs.get(h) if h is not None else None for h in htmls]
+
+    def close(self) -> None:
+        if self.renderer is not None:
+            self.renderer.close()
+            self.renderer = None
 
 
 def rollout(episodes: list[FrontendEpisode], policy, env: FrontendEnv, *, max_new_tokens: int,

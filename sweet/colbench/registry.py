@@ -73,14 +73,21 @@ def frontend_env(cfg, load_chat: LoadChat) -> frontend.FrontendEnv:
     """Renderer + page similarity + simulator of a frontend run (one browser per stage)."""
     from sweet.colbench.frontend_sim import make_simulator
     from sweet.colbench.similarity import make_similarity
+
+    f = cfg.frontend
+    return frontend.FrontendEnv(frontend_renderer(cfg), make_similarity(f.similarity),
+                                make_simulator(f.simulator, load_chat), f.sim_reply_chars)
+
+
+def frontend_renderer(cfg):
+    """The page renderer of a frontend run, from `cfg.frontend` (one Chromium with `pool_size` pages)."""
     from sweet.render import Renderer
 
     f = cfg.frontend
     # A page that fails to render gives no screenshot (scored as a black image, as the official evaluation does).
-    renderer = Renderer(pool_size=f.pool_size, viewport=(f.viewport_width, f.viewport_height), timeout_s=f.timeout_s,
-                        javascript=f.javascript, executable_path=f.chromium or None, blank_on_failure=False)
-    return frontend.FrontendEnv(renderer, make_similarity(f.similarity), make_simulator(f.simulator, load_chat),
-                                f.sim_reply_chars)
+    return Renderer(pool_size=f.pool_size, viewport=(f.viewport_width, f.viewport_height), timeout_s=f.timeout_s,
+                    max_height=f.screenshot_max_height, javascript=f.javascript,
+                    executable_path=f.chromium or None, blank_on_failure=False)
 
 
 def _frontend_simulator(cfg, load_chat: LoadChat, policy=None) -> frontend.FrontendEnv:

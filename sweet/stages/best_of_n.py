@@ -19,7 +19,7 @@ class BestOfN:
         """Release the policy (a llama-server, a vLLM engine) and a critic that holds one; safe to call twice."""
         from sweet.stages.collect import close_models
 
-        close_models(self.policy, getattr(self.critic, "model", None))
+        close_models(self.policy, getattr(self.critic, "model", None), getattr(self.critic, "screenshots", None))
 
     def generate(self, conversations, max_new_tokens, temperature=0.0, seed=None, num_return_sequences=1):
         from sweet.algos.scoring import score_any
@@ -38,7 +38,7 @@ def load_best_of_n(cfg, critic_dir: Path, tasks: list):
     """(BestOfN policy, simulator) for the evaluate stage."""
     from sweet.algos.scoring import load_any_critic
     from sweet.colbench.registry import family
-    from sweet.stages.candidates import critic_flags
+    from sweet.stages.candidates import critic_flags, critic_screens
     from sweet.stages.collect import load_chat_models
 
     e = cfg.evaluate
@@ -46,5 +46,5 @@ def load_best_of_n(cfg, critic_dir: Path, tasks: list):
     # Conversations are matched to their task by the first (prompt) message, which holds the task description.
     info = {family(cfg).episode(t, 0, e.max_turns, mode=mode).messages[0]["content"]: t.ground_truth
             for t in tasks for mode in e.modes}
-    critic = load_any_critic(critic_dir, policy.device, cfg)  # on vLLM when engine.backend=vllm
+    critic = load_any_critic(critic_dir, policy.device, cfg, critic_screens(cfg))  # on vLLM when engine.backend=vllm
     return BestOfN(policy, critic, info, e.best_of_n, e.best_of_n_temperature, critic_flags(cfg)), simulator

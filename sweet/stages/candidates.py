@@ -39,6 +39,16 @@ def critic_flags(cfg) -> dict:
             "ref_with_training_info": cfg.critic.variant == "paper"}
 
 
+def critic_screens(cfg):
+    """What a vlm critic (critic.kind=vlm) reads pages with: a `PageScreens` over the run's page renderer (started
+    the first time a page is rendered; close it after use); None for a text critic."""
+    if cfg.critic.kind != "vlm":
+        return None
+    from sweet.colbench.frontend import PageScreens
+    from sweet.colbench.registry import frontend_renderer
+    return PageScreens(lambda: frontend_renderer(cfg))
+
+
 def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) -> dict:
     c = cfg.candidates
     turns = offline_turns(read_rows(Path(trajs_dir) / "trajectories.parquet"), c.turn_fraction, c.max_turns, c.seed)
@@ -47,7 +57,8 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
     if todo:
         # transformers or vLLM (engine.backend): N samples per prompt, and the critic's prompt log-probs.
         policy = load_chat(cfg.models.policy, cfg, batch=c.batch_size)
-        critic = scoring.load_any_critic(Path(critic_dir) / "critic", policy.device, cfg)
+        # A vlm critic reads each candidate's page: rendered once per turn, in one pooled batch.
+        critic = scoring.load_any_critic(Path(critic_dir) / "critic", policy.device, cfg, critic_screens(cfg))
         group = max(1, policy.batch_size // c.n)
         try:
             with progress.Bar(len(todo), "candidates", "turn") as bar:  # counts turns, not generate calls
@@ -65,7 +76,7 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
                             for i, (x, sc) in enumerate(zip(cands, scores))])
                         bar.update()
         finally:  # vLLM engines hold their GPU memory until closed; the actor stage needs it next
-            close_models(policy, critic.model)
+            close_models(policy, critic.model, critic.screenshots)
     rows = sorted(shards.read_all(), key=lambda r: (r["turn_id"], r["cand_idx"]))
     write_rows(rows, out / "candidates.parquet")
     rng = random.Random(c.seed)

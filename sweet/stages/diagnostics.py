@@ -104,9 +104,14 @@ def critic_diagnostics(cfg, out: Path, rows: list[dict], critic_dir: Path, run_i
     varied = [r for eps in groups.values() if len({e["reward"] for e in eps}) > 1 for r in eps]
     scores: dict[str, float] = {}
     if varied:
-        critic = load_any_critic(critic_dir, cfg.models.device)
-        for r in tqdm(varied, desc="critic diagnostics", unit="ep"):
-            scores[r["traj_id"]] = score_trajectory_any(critic, loads(r["messages"]), r["training_info"])
+        from sweet.stages.candidates import critic_screens
+        critic = load_any_critic(critic_dir, cfg.models.device, screenshots=critic_screens(cfg))
+        try:
+            for r in tqdm(varied, desc="critic diagnostics", unit="ep"):
+                scores[r["traj_id"]] = score_trajectory_any(critic, loads(r["messages"]), r["training_info"])
+        finally:
+            if critic.screenshots is not None:
+                critic.screenshots.close()
     acc = pair_accuracy(groups, scores, cfg.pairs.min_margin)
     curve = best_of_n(groups, scores) if groups else {}
     metrics = {"critic_heldout_pairs": acc["pairs"], **({"critic_heldout_pair_accuracy": acc["accuracy"]}

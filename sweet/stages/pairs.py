@@ -25,7 +25,7 @@ def make_pairs(trajs: list[dict], min_margin: float, max_pairs_per_task: int, ru
     official: only tasks where some trajectory passes every test (reward 1); chosen = the best (first such sample),
               rejected = each trajectory with a strictly lower reward (the released evaluate_code.py rule).
     margin:   every pair whose rewards differ by at least `min_margin`, widest margins first.
-    Both keep at most `max_pairs_per_task` per task.
+    Both keep at most `max_pairs_per_task` per task (0 = all of them).
     """
     if rule not in ("official", "margin"):
         raise ValueError(f"unknown pair rule {rule!r}; use 'official' or 'margin'")
@@ -43,7 +43,7 @@ def make_pairs(trajs: list[dict], min_margin: float, max_pairs_per_task: int, ru
                      if hi["reward"] - lo["reward"] >= min_margin and hi["reward"] > lo["reward"]]
         # Widest margins first: the clearest preferences are kept when the cap bites.
         cands.sort(key=lambda p: (-(p[0]["reward"] - p[1]["reward"]), p[0]["sample_idx"], p[1]["sample_idx"]))
-        rows += [_row(task_id, hi, lo) for hi, lo in cands[:max_pairs_per_task]]
+        rows += [_row(task_id, hi, lo) for hi, lo in cands[:max_pairs_per_task or None]]
     return rows
 
 
