@@ -293,6 +293,11 @@ class PipelineConfig(_Cfg):
     task_family: Literal["backend", "frontend"] = Field(
         "backend", description="ColBench family: 'backend' (Python functions, hidden tests in a sandbox) or 'frontend' "
         "(HTML pages rendered in a browser, reward = page similarity).")
+    agent_view: Literal["user", "system"] = Field(
+        "user", description="Where the agent's instructions go: 'user' (CPU profiles; a small model follows them "
+        "more reliably there), before the task in the first user message; 'system' (paper profiles, as released), "
+        "in a system message, the task alone in the first user message, and imported offline dialogues kept as "
+        "they are.")
     experiment: str = Field("tiny", description="Name of the experiment: artifacts/<experiment>/ and the MLflow experiment.")
     profile: str = Field("tiny", description="Profile the config was built from (informational).")
     artifacts_dir: str = Field("artifacts", description="Root folder of all run outputs.")

@@ -80,9 +80,11 @@ PAPER_PROFILES: dict[str, dict[str, Any]] = {
     # simulator server, a second node or 4-8 more GPUs of the same kind (bf16 weights alone are ~140 GB).
     # Critic and actor are fully fine-tuned (lr 2e-7, each against a frozen copy of the initial model). Global batch
     # = batch_size x grad_accum x training processes: 1 x 1 x 8 GPUs = the paper's 8; on fewer GPUs raise grad_accum
-    # (and actor.rft_grad_accum). The simulator sees the dialogue as one transcript message, as released.
+    # (and actor.rft_grad_accum). The simulator sees the dialogue as one transcript message, and the agent its
+    # instructions as a system message, as released.
     "paper-backend": {
         "experiment": "paper-backend",
+        "agent_view": "system",
         "models": {"policy": LLAMA_8B, "critic_base": LLAMA_8B,
                    "simulator": f"api:meta-llama/Llama-3.1-70B-Instruct@{SIMULATOR_URL_TOKEN}", "device": "cuda"},
         "tasks": {"source": "hub:facebook/collaborative_agent_bench", "n_train": 5000, "n_test": 1000},
@@ -115,6 +117,7 @@ PAPER_PROFILES: dict[str, dict[str, Any]] = {
     # plus CPU cores for Chromium (frontend.pool_size pages render at once).
     "paper-frontend": {
         "experiment": "paper-frontend",
+        "agent_view": "system",  # the instructions as a system message, as released
         "task_family": "frontend",
         # models.simulator is not used by the frontend family (frontend.simulator is); set alike for a clear config.
         "models": {"policy": LLAMA_8B, "critic_base": QWEN2_VL_7B, "device": "cuda",

@@ -164,3 +164,65 @@ def test_the_view_reaches_the_simulator_in_a_rollout():
     assert eps[0].success and len(seen) == 1
     assert [m["role"] for m in seen[0]] == ["system", "user"]
     assert seen[0][1]["content"].startswith("The conversation so far") and "Agent: Should I add" in seen[0][1]["content"]
+
+
+@pytest.mark.parametrize("mode", ["multi_turn", "single_turn", "oracle"])
+def test_agent_view_system_puts_the_instructions_in_a_system_message(mode):
+    """'system' (the released layout) is 'user' split at the task: instructions + "\\n\\n" + task, nothing lost."""
+    from sweet.colbench.backend import task_message
+
+    task = Task("t1", "train", TASK.problem_description, TASK.ground_truth, TASK.test_cases, ["Add one more."])
+    for turns in (3, 1):
+        user, system = (Episode(task, 0, turns, mode=mode, agent_view=v).messages for v in ("user", "system"))
+        assert [m["role"] for m in user] == ["user"] and [m["role"] for m in system] == ["system", "user"]
+        assert system[0]["content"] + "\n\n" + system[1]["content"] == user[0]["content"]
+        assert TASK.problem_description in task_message(system) and TASK.problem_description not in system[0]["content"]
+        assert "{" not in system[0]["content"]  # every template field filled in
+        if mode == "oracle":
+            assert "Add one more." in system[1]["content"]
+        if mode == "multi_turn" and turns == 1:
+            assert system[1]["content"].endswith(LAST_TURN_NOTE)
+    with pytest.raises(ValueError, match="agent view"):
+        Episode(TASK, 0, 2, agent_view="assistant")
+
+
+def test_agent_view_system_reaches_the_policy_and_not_the_simulator():
+    seen_policy, seen_sim = [], []
+
+    def policy(conv):
+        seen_policy.append(conv)
+        return agent_script(conv[1:])  # the script keys off the task message
+
+    sim = ScriptedLM(lambda conv: seen_sim.append(conv) or "Add one.")
+    ep = Episode(TASK, 0, 3, agent_view="system")
+    rollout([ep], ScriptedLM(policy), sim, max_new_tokens=8, sim_max_new_tokens=8, temperature=0.0)
+    assert ep.success and [m["role"] for m in ep.messages] == ["system", "user", "assistant", "user", "assistant"]
+    assert all(c[0]["role"] == "system" for c in seen_policy)
+    # The simulator reads the same dialogue in either view: its own instructions, then the agent's question.
+    same = Episode(TASK, 0, 3)
+    same.messages += ep.messages[2:]
+    assert seen_sim[0] == Episode(TASK, 0, 3, agent_view="system", messages=ep.messages[:3]).simulator_view()
+    assert seen_sim[0][1:] == [{"role": "user", "content": "Should I add anything extra?"}]
+    assert ep.simulator_view() == same.simulator_view()
+
+
+def test_best_of_n_finds_the_task_in_either_view(monkeypatch):
+    """BestOfN gives the critic each conversation's own reference c, found by the message that states the task.
+    `score_any` is replaced by a recorder standing for the critic (it scores a candidate by its length)."""
+    from sweet.algos import scoring
+    from sweet.colbench.backend import task_message
+    from sweet.stages.best_of_n import BestOfN
+
+    other = Task("t2", "train", "Multiply two numbers.", "def mul(a, b):\n    return a * b", TASK.test_cases)
+    for view in ("user", "system"):
+        eps = [Episode(t, 0, 3, agent_view=view) for t in (TASK, other)]
+        info = {task_message(e.messages): e.task.ground_truth for e in eps}
+        assert len(info) == 2
+        given = []
+        monkeypatch.setattr(scoring, "score_any", lambda critic, conv, cands, c, **kw: given.append(c) or
+                            [len(x) for x in cands])
+        policy = ScriptedLM(lambda conv: "x")
+        policy.generate = lambda convs, *a, **k: ["a", "bbb", "cc"] * len(convs)
+        policy.name, policy.batch_size = "scripted", 2
+        best = BestOfN(policy, None, info, 3, 1.0, {}).generate([e.messages for e in eps], 8)
+        assert best == ["bbb", "bbb"] and given == [TASK.ground_truth, other.ground_truth]

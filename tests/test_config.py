@@ -138,13 +138,14 @@ def test_paper_profiles_load_the_released_recipe(name):
     assert e.temperature == 1.0 and e.n_samples >= 2 and e.max_turns == 10
     if cfg.task_family == "backend":
         assert cfg.backend.simulator_view == "transcript" and e.scoring == "official"
+    assert cfg.agent_view == "system"  # the instructions as a system message, as released
 
 
 def test_cpu_profiles_keep_lora_greedy_chat_and_transformers_optimiser():
     for name in ("tiny", "laptop", "micro"):
         cfg = load_config(name)
         assert cfg.actor.lora and cfg.critic.lora and cfg.actor.nll_scope == "action"
-        assert cfg.backend.simulator_view == "chat"
+        assert cfg.backend.simulator_view == "chat" and cfg.agent_view == "user"
         for section in (cfg.critic, cfg.actor):
             assert (section.schedule, section.warmup_ratio, section.adam_betas) == ("linear", 0.0, (0.9, 0.999))
     assert load_config("tiny").evaluate.temperature == 0.0  # greedy; the laptop samples (paired comparison)
@@ -162,3 +163,20 @@ def test_the_simulator_view_counts_in_backend_fingerprints_only():
     f1 = plan(load_config("tiny", ["task_family=frontend"]))
     f2 = plan(load_config("tiny", ["task_family=frontend", "backend.simulator_view=transcript"]))
     assert f1 == f2  # the frontend's simulator compares pages; it reads no dialogue
+
+
+def test_the_agent_view_counts_where_episodes_start():
+    """Collection and evaluation open their episodes by agent_view (both families); pairs, critic and candidates
+    read the stored dialogues, so they change only through their inputs."""
+    from sweet.pipeline import config_slice
+    from sweet.stages import BY_NAME
+
+    for family in ("backend", "frontend"):
+        user = load_config("tiny", [f"task_family={family}"])
+        system = load_config("tiny", [f"task_family={family}", "agent_view=system"])
+        changed = {name for name, st in BY_NAME.items()
+                   if config_slice(user, st.config_keys) != config_slice(system, st.config_keys)}
+        assert {"collect_trajectories", "evaluate"} <= changed, family
+        assert not changed & {"generate_tasks", "build_preference_pairs", "train_critic", "train_actor"}, family
+    with pytest.raises(ValidationError):
+        load_config("tiny", ["agent_view=assistant"])

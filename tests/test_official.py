@@ -316,3 +316,20 @@ def test_offline_bad_json_and_missing_file(tmp_path):
         read_offline_trajectories(bad)
     with pytest.raises(FileNotFoundError, match=official.OFFLINE_FILE):
         read_offline_trajectories(tmp_path / "missing.jsonl")
+
+
+def test_offline_messages_kept_as_they_are_in_the_system_view():
+    """agent_view='system' (the paper profiles'): the record's dialogue verbatim (its own first message, no last-turn
+    note), after a system message holding this project's instructions."""
+    from sweet.colbench.backend import opening
+
+    recs = _jsonl(OFFLINE)
+    _, rows = read_offline_trajectories(OFFLINE, agent_view="system")
+    for r, rec in zip(rows, recs):
+        msgs = loads(r["messages"])
+        system = opening(AGENT_PROMPT, "system", max_turns=10, problem=rec["task"]["problem_description"])[0]
+        assert msgs[0] == system and system["role"] == "system" and "{" not in system["content"]
+        assert msgs[1:] == [{"role": m["role"], "content": m["content"]} for m in rec["dialogue_history"]]
+    assert not any(LAST_TURN_NOTE in m["content"] for r in rows for m in loads(r["messages"]))
+    with pytest.raises(ValueError, match="agent view"):
+        read_offline_trajectories(OFFLINE, agent_view="assistant")

@@ -20,7 +20,8 @@ ANSWER_MARK = "I WANT TO ANSWER:"
 SIM_REPLY_CHARS = 400
 
 # The instructions go in the first user message, before the task: small instruction-tuned models follow a
-# protocol stated there more reliably than one stated in a system prompt.
+# protocol stated there more reliably than one stated in a system prompt. `agent_view='system'` (AGENT_VIEWS) splits
+# every prompt at its last paragraph, the task, into a system message and a user message, the released layout.
 AGENT_PROMPT = (
     "You are helping a user write one Python function. The task description below leaves out details that only the "
     "user knows (exact rules, thresholds, formats). You have at most {max_turns} turns. In each turn write EITHER "
@@ -83,6 +84,29 @@ MODES = ("multi_turn", "single_turn", "oracle")
 # Errors of episodes that ended because a generation finally failed (API client); counted as "API failures".
 GENERATION_FAILED = ("agent failed:", "simulator failed:")
 MAX_TURNS = 10  # the paper's protocol: after 10 agent turns the last response is the answer
+AGENT_VIEWS = ("user", "system")
+
+
+def opening(template: str, view: str = "user", **fields) -> list[dict]:
+    """An episode's first message(s) from a prompt template whose last paragraph is the task ("Task:\n{problem}").
+    'user': one user message holding instructions and task (the CPU profiles'); 'system': the instructions as a
+    system message and the task as the first user message, the layout of the released environment."""
+    if view not in AGENT_VIEWS:
+        raise ValueError(f"unknown agent view {view!r}; choose one of {AGENT_VIEWS}")
+    if view == "user":
+        return [{"role": "user", "content": template.format(**fields)}]
+    head, task = template.rsplit("\n\n", 1)
+    return [{"role": "system", "content": head.format(**fields)}, {"role": "user", "content": task.format(**fields)}]
+
+
+def prompt_length(messages: list[dict]) -> int:
+    """How many of `messages` open the episode (the instructions and the task, before the agent's first turn)."""
+    return 2 if messages and messages[0]["role"] == "system" else 1
+
+
+def task_message(messages: list[dict]) -> str:
+    """The message that states the task: the same text for every sample of a task, in either agent view."""
+    return messages[prompt_length(messages) - 1]["content"]
 
 
 @dataclass
@@ -101,6 +125,7 @@ class Episode:
     scoring: str = "strict"  # the sandbox's rules for this episode's reward (`evaluate.scoring`)
     answer_text: str | None = None  # the answer as the released environment keeps it (scored under "official")
     sim_view: str = "chat"  # how `simulator_view` lays the dialogue out (`backend.simulator_view`, SIM_VIEWS)
+    agent_view: str = "user"  # where the agent's instructions go (`agent_view`, AGENT_VIEWS; see `opening`)
     # The family's prompts (class attributes, not fields): the frontend episode swaps these.
     PROMPT: ClassVar[str] = AGENT_PROMPT
     SINGLE_PROMPT: ClassVar[str] = SINGLE_TURN_PROMPT
@@ -116,25 +141,24 @@ class Episode:
             raise ValueError(f"unknown scoring {self.scoring!r}; choose one of {SCORINGS}")
         if self.sim_view not in SIM_VIEWS:
             raise ValueError(f"unknown simulator view {self.sim_view!r}; choose one of {SIM_VIEWS}")
+        if self.agent_view not in AGENT_VIEWS:
+            raise ValueError(f"unknown agent view {self.agent_view!r}; choose one of {AGENT_VIEWS}")
         if not 1 <= self.max_turns <= MAX_TURNS:
             raise ValueError(f"max_turns must be between 1 and {MAX_TURNS} (the ColBench protocol), got {self.max_turns}")
         if self.mode in ("single_turn", "oracle"):
             self.max_turns = 1
         if not self.messages:
+            problem = self.task.problem_description
             if self.mode == "oracle":
                 decisions = getattr(self.task, "decisions", None)
                 if not decisions:
                     raise ValueError(f"task {self.task.task_id}: mode 'oracle' needs the task's hidden decisions in "
                                      "plain words (the `decisions` field, as in the lite tier)")
-                problem = self.task.problem_description + ORACLE_NOTE.format(
-                    decisions="\n".join(f"- {d}" for d in decisions))
-                prompt = self.SINGLE_PROMPT.format(problem=problem)
-            elif self.mode == "single_turn":
-                prompt = self.SINGLE_PROMPT.format(problem=self.task.problem_description)
-            else:
-                prompt = self.PROMPT.format(max_turns=self.max_turns, problem=self.task.problem_description)
-                prompt += self.LAST_NOTE if self.max_turns == 1 else ""
-            self.messages = [{"role": "user", "content": prompt}]
+                problem += ORACLE_NOTE.format(decisions="\n".join(f"- {d}" for d in decisions))
+            template = self.PROMPT if self.mode == "multi_turn" else self.SINGLE_PROMPT
+            self.messages = opening(template, self.agent_view, max_turns=self.max_turns, problem=problem)
+            if self.mode == "multi_turn" and self.max_turns == 1:
+                self.messages[-1]["content"] += self.LAST_NOTE
 
     @property
     def n_turns(self) -> int:
@@ -146,7 +170,7 @@ class Episode:
         (see SIM_VIEWS): chat turns with the roles swapped, or one transcript message."""
         conv = [{"role": "system", "content": simulator_system(self.task)}]
         turns = []
-        for m in self.messages[1:]:
+        for m in self.messages[prompt_length(self.messages):]:
             content = m["content"].replace(self.LAST_NOTE, "")
             if m["role"] == "assistant" and len(content) > SIM_VIEW_CHARS:
                 content = content[:SIM_VIEW_CHARS] + " [...]"

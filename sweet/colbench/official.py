@@ -21,7 +21,7 @@ import hashlib
 import math
 from pathlib import Path
 
-from sweet.colbench.backend import AGENT_PROMPT, LAST_TURN_NOTE, MAX_TURNS, extract_code
+from sweet.colbench.backend import AGENT_PROMPT, LAST_TURN_NOTE, MAX_TURNS, extract_code, opening
 from sweet.colbench.tasks import Task, parse_task
 from sweet.store import dumps, iter_jsonl
 
@@ -160,9 +160,13 @@ def _reward(path: Path, row: int, rec: dict) -> float | None:
     return float(r)
 
 
-def read_offline_trajectories(path: Path | str, limit: int | None = None,
-                              max_turns: int = MAX_TURNS) -> tuple[list[Task], list[dict]]:
+def read_offline_trajectories(path: Path | str, limit: int | None = None, max_turns: int = MAX_TURNS,
+                              agent_view: str = "user") -> tuple[list[Task], list[dict]]:
     """Tasks (deduplicated, split 'train', first-seen order) and trajectory rows (file order) of an offline file.
+
+    `agent_view` 'user': each dialogue's first message is replaced by this project's prompt for its task, and the
+    last-turn note added, as a collected episode has them; 'system': the dialogue is kept as it is, after a system
+    message with this project's instructions (the released layout).
 
     `limit` keeps the first `limit` distinct tasks with ALL their trajectories (the official file repeats the task
     list k times, so its first N rows would give one trajectory per task and no preference pairs); every row is still
@@ -200,11 +204,13 @@ def read_offline_trajectories(path: Path | str, limit: int | None = None,
         idx = seen.get(tid, 0)
         seen[tid] = idx + 1
         n_turns = len(hist) // 2
-        messages = [{"role": "user", "content": AGENT_PROMPT.format(max_turns=max_turns,
-                                                                     problem=task.problem_description)}]
-        messages += [{"role": m["role"], "content": m["content"]} for m in hist[1:]]
-        if n_turns == max_turns:  # as in rollout(): the message before the agent's last allowed turn says so
-            messages[-2]["content"] += LAST_TURN_NOTE
+        prompt = opening(AGENT_PROMPT, agent_view, max_turns=max_turns, problem=task.problem_description)
+        if agent_view == "system":  # the record's own dialogue, its first message included
+            messages = prompt[:1] + [{"role": m["role"], "content": m["content"]} for m in hist]
+        else:
+            messages = prompt + [{"role": m["role"], "content": m["content"]} for m in hist[1:]]
+            if n_turns == max_turns:  # as in rollout(): the message before the agent's last allowed turn says so
+                messages[-2]["content"] += LAST_TURN_NOTE
         total = len(task.test_cases)
         rows.append({
             "traj_id": f"{tid}__{idx}",

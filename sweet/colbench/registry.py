@@ -36,11 +36,12 @@ class Family:
         return [self.task_from_row(r) for r in read_rows(Path(tasks_dir) / "tasks.parquet") if r["split"] == split]
 
     def episode(self, task, sample_idx: int, max_turns: int, mode: str = "multi_turn", scoring: str = "strict",
-                sim_view: str = "chat"):
+                sim_view: str = "chat", agent_view: str = "user"):
         """`scoring`: the sandbox's rules (`evaluate.scoring`); `sim_view`: how the simulator sees the dialogue
-        (`backend.simulator_view`). A family without tests ignores the first, one whose simulator reads no dialogue
-        (frontend: it compares pages) the second."""
-        return self.episode_cls(task, sample_idx, max_turns, mode=mode, scoring=scoring, sim_view=sim_view)
+        (`backend.simulator_view`); `agent_view`: where the agent's instructions go (`agent_view`). A family without
+        tests ignores the first, one whose simulator reads no dialogue (frontend: it compares pages) the second."""
+        return self.episode_cls(task, sample_idx, max_turns, mode=mode, scoring=scoring, sim_view=sim_view,
+                                agent_view=agent_view)
 
     def rollout(self, episodes: list, policy, simulator, **kw) -> list:
         return self.rollout_fn(episodes, policy, simulator, **kw)

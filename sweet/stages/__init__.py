@@ -18,6 +18,8 @@ from sweet.stages.pairs import build_preference_pairs
 # Each family's section (backend: the simulator's view; frontend: rendering and similarity) counts only in that
 # family's fingerprints (see `pipeline.COUNTS_ONLY_IF`).
 _FAMILY = ("task_family", "backend", "frontend")
+# Where the agent's instructions go (an episode's opening messages): what every rollout's policy reads.
+_AGENT = ("agent_view",)
 # vLLM samples differently from transformers (another RNG, other kernels): the backend is part of a rollout's identity.
 # llama.cpp's slots batch requests together and cut each conversation at its slot's context: counted when it runs.
 _ENGINE = ("engine.backend", "engine.llamacpp_parallel", "engine.llamacpp_ctx_per_slot")
@@ -30,13 +32,13 @@ GENERATE = Stage("generate_tasks", generate_tasks, ("task_family", "tasks", "api
 # stage has it through its whole section.
 COLLECT = Stage("collect_trajectories", collect_trajectories,
                 ("models.policy", "models.simulator", "api.base_url", "collect", "evaluate.scoring")
-                + _FAMILY + _ENGINE)
+                + _AGENT + _FAMILY + _ENGINE)
 PAIRS = Stage("build_preference_pairs", build_preference_pairs, ("pairs",))
 CRITIC = Stage("train_critic", train_critic, ("models.critic_base", "critic") + _LAUNCH)
 CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates, ("models.policy", "candidates") + _ENGINE)
 ACTOR = Stage("train_actor", train_actor, ("method", "models.policy", "actor") + _LAUNCH)
 EVALUATE = Stage("evaluate", evaluate, ("method", "models.policy", "models.simulator", "api.base_url", "evaluate")
-                 + _FAMILY + _ENGINE)
+                 + _AGENT + _FAMILY + _ENGINE)
 
 STAGES = [GENERATE, COLLECT, PAIRS, CRITIC, CANDIDATES, ACTOR, EVALUATE]
 assert tuple(st.name for st in STAGES) == STAGE_NAMES

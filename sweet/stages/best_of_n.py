@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sweet.colbench.backend import task_message
+
 
 class BestOfN:
     """A policy backend (same `generate` as ChatLM) that returns, per conversation, the critic's best of N samples."""
@@ -29,7 +31,7 @@ class BestOfN:
         out = []
         for i, conv in enumerate(conversations):
             cands = samples[i * self.n:(i + 1) * self.n]
-            scores = score_any(self.critic, conv, cands, self.info[conv[0]["content"]], **self.flags)
+            scores = score_any(self.critic, conv, cands, self.info[task_message(conv)], **self.flags)
             out.append(cands[max(range(len(cands)), key=lambda j: scores[j])])
         return out
 
@@ -43,8 +45,8 @@ def load_best_of_n(cfg, critic_dir: Path, tasks: list):
 
     e = cfg.evaluate
     policy, simulator = load_chat_models(cfg, cfg.models.policy, batch=e.batch_episodes)
-    # Conversations are matched to their task by the first (prompt) message, which holds the task description.
-    info = {family(cfg).episode(t, 0, e.max_turns, mode=mode).messages[0]["content"]: t.ground_truth
-            for t in tasks for mode in e.modes}
+    # Conversations are matched to their task by the message that states it (`backend.task_message`).
+    info = {task_message(family(cfg).episode(t, 0, e.max_turns, mode=mode, agent_view=cfg.agent_view).messages):
+            t.ground_truth for t in tasks for mode in e.modes}
     critic = load_any_critic(critic_dir, policy.device, cfg, critic_screens(cfg))  # on vLLM when engine.backend=vllm
     return BestOfN(policy, critic, info, e.best_of_n, e.best_of_n_temperature, critic_flags(cfg)), simulator

@@ -48,7 +48,8 @@ def import_offline(cfg, out: Path) -> list[dict]:
     from sweet.sandbox import evaluate_many
 
     c = cfg.collect
-    tasks, rows = read_offline_trajectories(c.offline_path, limit=c.offline_limit or None)
+    tasks, rows = read_offline_trajectories(c.offline_path, limit=c.offline_limit or None,
+                                             agent_view=cfg.agent_view)
     by_id = {t.task_id: t for t in tasks}
     todo = [r for r in rows if r["reward"] is None]
     if todo:
@@ -82,7 +83,8 @@ def pending_episodes(cfg, out: Path, tasks_dir: str, shard: int = 0, n_shards: i
     """The episodes of this shard's tasks that have no file under `<out>/shards/` yet."""
     c, fam = cfg.collect, family(cfg)
     shards = Shards(Path(out) / "shards")
-    return [fam.episode(t, i, c.max_turns, scoring=cfg.evaluate.scoring, sim_view=cfg.backend.simulator_view)
+    return [fam.episode(t, i, c.max_turns, scoring=cfg.evaluate.scoring, sim_view=cfg.backend.simulator_view,
+                        agent_view=cfg.agent_view)
             for t in shard_tasks(fam.read_tasks(tasks_dir, "train"), shard, n_shards)
             for i in range(c.k) if not shards.done((t.task_id, i))]
 

@@ -47,7 +47,8 @@ def _evaluate_system(cfg, out: Path, tasks: list, name: str, system) -> tuple | 
         for mode in e.modes:
             method = f"{name}/{mode}"
             shards = Shards(out / "shards" / method)
-            todo = [fam.episode(t, i, e.max_turns, mode=mode, scoring=e.scoring, sim_view=cfg.backend.simulator_view)
+            todo = [fam.episode(t, i, e.max_turns, mode=mode, scoring=e.scoring, sim_view=cfg.backend.simulator_view,
+                                agent_view=cfg.agent_view)
                     for t in tasks for i in range(e.n_samples) if not shards.done((t.task_id, i))]
             if not todo:
                 continue

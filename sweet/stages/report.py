@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from sweet import tracking
-from sweet.colbench.backend import GENERATION_FAILED
+from sweet.colbench.backend import GENERATION_FAILED, prompt_length
 from sweet.config import METHODS
 from sweet.pipeline import config_slice
 from sweet.stats import paired_bootstrap, per_task_mean
@@ -163,7 +163,8 @@ def dialogue_sample(rows: list[dict], k: int = 2) -> str:
         for label, picked in (("best", mine[:k]), ("worst", mine[-k:][::-1])):
             for r in picked:
                 parts.append(f"## {method} ({mode}) — {label} — {r['task_id']} (reward {r['reward']:.2f})\n")
-                for m in loads(r["messages"])[1:]:
+                msgs = loads(r["messages"])
+                for m in msgs[prompt_length(msgs):]:
                     parts.append(f"**{m['role']}**:\n```\n{m['content']}\n```\n")
     return "\n".join(parts)
 
