@@ -226,3 +226,13 @@ def test_best_of_n_finds_the_task_in_either_view(monkeypatch):
         policy.name, policy.batch_size = "scripted", 2
         best = BestOfN(policy, None, info, 3, 1.0, {}).generate([e.messages for e in eps], 8)
         assert best == ["bbb", "bbb"] and given == [TASK.ground_truth, other.ground_truth]
+
+
+def test_agent_view_system_on_frontend_episodes():
+    from sweet.colbench.frontend import FrontendEpisode
+    from sweet.colbench.frontend_tasks import FrontendTask
+
+    page = FrontendTask("p1", "train", "A red banner with a title.", "<html><body>hi</body></html>")
+    user, system = (FrontendEpisode(page, 0, 3, agent_view=v).messages for v in ("user", "system"))
+    assert system[0]["content"] + "\n\n" + system[1]["content"] == user[0]["content"]
+    assert system[1]["content"] == "Description:\nA red banner with a title."
