@@ -15,23 +15,17 @@ import json
 import sys
 from pathlib import Path
 
-from sweet.store import read_rows
-
-LITE = Path(__file__).resolve().parents[1] / "sweet" / "colbench" / "data" / "backend_lite.jsonl"
+from sweet.colbench.tasks import bundled_path
+from sweet.store import iter_jsonl, read_rows
 
 
 def unused_train_tasks(source: Path, used: set[str], n: int | None) -> list[dict]:
     """The train records of `source` (JSONL, file order) whose task_id is not in `used`, first `n`, split 'test'."""
     out = []
-    for line_no, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            split, task_id = rec["split"], rec["task_id"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f"{source}: line {line_no}: not a task record with 'split' and 'task_id' ({e})") from None
-        if split == "train" and task_id not in used:
+    for row, rec in iter_jsonl(source):  # a malformed line: one error naming the file and row
+        if "split" not in rec or "task_id" not in rec:
+            raise ValueError(f"{source}: row {row}: not a task record (needs 'split' and 'task_id')")
+        if rec["split"] == "train" and rec["task_id"] not in used:
             out.append(dict(rec, split="test"))
     return out if n is None else out[:n]
 
@@ -39,7 +33,7 @@ def unused_train_tasks(source: Path, used: set[str], n: int | None) -> list[dict
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--used", required=True, type=Path, help="a generate_tasks stage's tasks.parquet")
-    ap.add_argument("--source", type=Path, default=LITE, help="the task file (JSONL; default: the lite tier)")
+    ap.add_argument("--source", type=Path, default=bundled_path("bundled:lite"), help="the task file (JSONL; default: the lite tier)")
     ap.add_argument("--out", required=True, type=Path, help="where to write the validation tasks (JSONL)")
     ap.add_argument("--n", type=int, default=None, help="keep the first N (default: all)")
     args = ap.parse_args(argv)

@@ -27,5 +27,5 @@ def test_unused_train_tasks_are_relabelled_and_used_ones_dropped(tmp_path):
 def test_a_bad_line_is_named(tmp_path):
     src = tmp_path / "tasks.jsonl"
     src.write_text('{"task_id": "a", "split": "train"}\nnot json\n')
-    with pytest.raises(ValueError, match="line 2"):
+    with pytest.raises(ValueError, match="row 1"):
         mod["unused_train_tasks"](src, set(), None)
