@@ -22,3 +22,8 @@ class GenerationFailure(str):
 
     def __repr__(self):
         return f"GenerationFailure({self.reason!r})"
+
+
+def prompt_length(messages: list[dict]) -> int:
+    """How many of a dialogue's messages open it (an optional system message, then the task's user message)."""
+    return 2 if messages and messages[0]["role"] == "system" else 1

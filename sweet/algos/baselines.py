@@ -24,6 +24,7 @@ from sweet.algos.dialogue import encode_all, fit_dialogue, mask_from_lengths, pa
 from sweet.algos.losses import mt_dpo_loss, nll_loss, trajectory_logps
 from sweet.algos.training import (LossTrainer, checkpoint_dir, local_model_path, run_training, trainable_model,
                                   training_kwargs)
+from sweet.chat import prompt_length
 from sweet.config import ActorConfig
 
 Messages = list[dict[str, str]]
@@ -102,7 +103,7 @@ def train_rft(trajectories: list[dict], base_model: str, out_dir: Path, cfg: Act
 
 # ------------------------------------------------------------------------------------------------- MT-DPO
 def _task(messages: Messages) -> Messages:
-    return messages[: 2 if messages[0]["role"] == "system" else 1]
+    return messages[:prompt_length(messages)]
 
 
 def _check_pair(pair: dict, what: str) -> None:

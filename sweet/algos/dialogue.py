@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from sweet.chat import prompt_length
+
 log = logging.getLogger(__name__)
 
 Messages = list[dict[str, str]]
@@ -82,7 +84,7 @@ def fit_dialogue(tokenizer, messages: Messages, max_length: int | None) -> tuple
     out = _tokenize_all(tokenizer, messages)
     if max_length is None or len(out["input_ids"]) <= max_length:
         return messages, out
-    head = 2 if messages and messages[0]["role"] == "system" else 1
+    head = prompt_length(messages)
     # Keep at least the final exchange (the last agent turn and whatever follows it).
     last_assistant = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages) - 1)
     max_pairs = max(0, (last_assistant - head) // 2)

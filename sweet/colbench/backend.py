@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
 from sweet import progress
-from sweet.chat import GenerationFailure
+from sweet.chat import GenerationFailure, prompt_length
 from sweet.sandbox import SCORINGS, evaluate_many, strip_code_fences
 from sweet.colbench.tasks import Task
 
@@ -97,11 +97,6 @@ def opening(template: str, view: str = "user", **fields) -> list[dict]:
         return [{"role": "user", "content": template.format(**fields)}]
     head, task = template.rsplit("\n\n", 1)
     return [{"role": "system", "content": head.format(**fields)}, {"role": "user", "content": task.format(**fields)}]
-
-
-def prompt_length(messages: list[dict]) -> int:
-    """How many of `messages` open the episode (the instructions and the task, before the agent's first turn)."""
-    return 2 if messages and messages[0]["role"] == "system" else 1
 
 
 def task_message(messages: list[dict]) -> str:

@@ -14,7 +14,8 @@ import statistics
 from pathlib import Path
 
 from sweet import tracking
-from sweet.colbench.backend import GENERATION_FAILED, prompt_length
+from sweet.chat import prompt_length
+from sweet.colbench.backend import GENERATION_FAILED
 from sweet.config import METHODS
 from sweet.pipeline import config_slice
 from sweet.stats import paired_bootstrap, per_task_mean
