@@ -195,7 +195,7 @@ def _write_trace(c, experiment_id: str, run_id: str, stage: str, fingerprint: st
                   "stage": stage}
     tags = {"sweet.stage": stage, "sweet.fingerprint": fingerprint, "sweet.task_id": row["task_id"],
             "sweet.method": method, "sweet.mode": mode, "sweet.success": str(bool(row["success"])).lower(),
-            "sweet.episode": _episode_key(row)}
+            "sweet.episode": _episode_key(row), "sweet.spans": str(1 + len(turns_of(row)))}
     t = time.time_ns()
     root = c.start_trace(f"{method}/{mode} {row['traj_id']}", span_type="AGENT", inputs={"task": red.agent(prompt)},
                          attributes=attributes, tags=tags, experiment_id=experiment_id, run_id=run_id,
@@ -223,15 +223,27 @@ def _episode_key(row: dict) -> str:
 
 
 def _traced(c, experiment_id: str, run_id: str) -> set[str]:
-    """The episodes that already have a trace in this run."""
-    seen, token = set(), None
-    while True:
-        page = c.search_traces(locations=[experiment_id], run_id=run_id, include_spans=False, max_results=500,
-                               page_token=token)
-        seen |= {t.info.tags.get("sweet.episode") for t in page}
-        token = page.token
-        if not token:
-            return seen
+    """The episodes that already have a whole trace in this run. A trace whose info was stored but not all of its
+    spans (on a SQL store they are separate writes, and one can be dropped under load) is what a reader loading
+    spans skips or shows cut short: it is deleted here, so that its episode is written again."""
+    def search(include_spans: bool) -> list:
+        found, token = [], None
+        while True:
+            page = c.search_traces(locations=[experiment_id], run_id=run_id, include_spans=include_spans,
+                                   max_results=500, page_token=token)
+            found += list(page)
+            token = page.token
+            if not token:
+                return found
+
+    whole = {t.info.trace_id: t for t in search(True)
+             if len(t.data.spans) == int(t.info.tags.get("sweet.spans", len(t.data.spans) or 1))}
+    broken = [t.info.trace_id for t in search(False) if t.info.trace_id not in whole]
+    if broken:
+        log.warning("%d episode traces of run %s are incomplete; deleting them to write them again", len(broken),
+                    run_id)
+        c.delete_traces(experiment_id, trace_ids=broken)
+    return {t.info.tags.get("sweet.episode") for t in whole.values()}
 
 
 def _hidden_tests(out: Path) -> dict[str, list[str]]:
