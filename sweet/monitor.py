@@ -74,6 +74,7 @@ MIN_SECRET = 8       # shorter values ("1", "true") would blank out ordinary wor
 MIN_CODE_LINE = 12   # a reference line at least this long counts as leaked code when the hidden side repeats it
 _EXPORT_LOCK = threading.Lock()
 ASYNC_TRACES = "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING"
+ISOLATED_IDS = "MLFLOW_TRACE_USE_ISOLATED_RANDOM_ID_GENERATOR"
 
 
 def record_traces(cfg, stage: str, out: Path | str) -> int:
@@ -264,16 +265,20 @@ def _exporting_to(uri: str):
     in each call: point it at `uri` while the traces are written, export synchronously (MLflow's default pool of
     export threads wrote one trace's spans and its info concurrently, and on SQLite a writer that waits too long is
     dropped with a warning: a trace went missing now and then), then put the process's setting (and
-    MLFLOW_TRACKING_URI, which MLflow rewrites) back as they were."""
+    MLFLOW_TRACKING_URI, which MLflow rewrites) back as they were. Trace and span ids come from MLflow's isolated
+    generator: OpenTelemetry's default draws them from the global `random`, which every stage seeds alike, so two
+    stages' traces could get the same id (a later one then took an earlier one's place), and writing traces moved
+    the stage's random stream."""
     import mlflow
     from mlflow.tracing.provider import reset as reset_tracer  # the exporter reads its settings when it is built
     # Private, but the one call that puts back an unset URI (no public call does).
     from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", ASYNC_TRACES)}
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", ASYNC_TRACES, ISOLATED_IDS)}
     with _EXPORT_LOCK:
         try:
             os.environ[ASYNC_TRACES] = "false"
+            os.environ[ISOLATED_IDS] = "true"
             with _use_tracking_uri(uri):
                 reset_tracer()
                 try:

@@ -18,6 +18,8 @@ from sweet.pipeline import Stage, read_manifest, run_stage
 from sweet.records import EvalResult, Trajectory
 from sweet.store import dumps, write_rows
 
+ISOLATED = monitor.ISOLATED_IDS
+
 SECRET = "sk-test-FAKE-0123456789abcdef"
 REFERENCE = "def scale(x):\n    factor = 3 * 7  # hidden\n    return factor * x + 11\n"
 LEAKED = "return factor * x + 11"      # a reference line the simulator repeats
@@ -156,6 +158,31 @@ def test_a_trace_stored_without_all_its_spans_is_replaced(tmp_path, secret_env, 
     experiment = client.get_run(run_id).info.experiment_id
     assert len(client.search_traces(locations=[experiment], run_id=run_id, include_spans=False)) == 10
     assert "incomplete" in caplog.text
+
+
+def test_stages_seeded_alike_get_distinct_trace_ids_and_keep_their_random_stream(tmp_path, secret_env):
+    """Every stage seeds Python's `random` with the run's seed; OpenTelemetry's default ids come from it, so two
+    stages' traces got the same ids and the later took the earlier's place (the micro flow lost a collected trace).
+    Two stages here, each seeded alike, write into one store."""
+    import random
+
+    cfg = load_config("micro", [f"artifacts_dir={tmp_path}", f"mlflow_uri=sqlite:///{tmp_path}/m.db",
+                                "tracking.traces=all"])
+    tasks = run_stage(Stage("generate_tasks", _tasks, ()), cfg)
+    outs = {name: run_stage(Stage(name, fn, ()), cfg, tasks)
+            for name, fn in (("collect_trajectories", _collected), ("evaluate", _evaluated))}
+    for name, out in outs.items():
+        random.seed(0)
+        state = random.getstate()
+        assert monitor.record_traces(cfg, name, out) == (5 if name == "collect_trajectories" else 10)
+        assert random.getstate() == state  # writing traces drew nothing from the stage's random stream
+    client = MlflowClient(cfg.tracking_uri)
+    found = []
+    for out in outs.values():
+        run = client.get_run(read_manifest(out)["mlflow_run_id"])
+        found += client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)
+    assert len(found) == len({t.info.trace_id for t in found}) == 15
+    assert ISOLATED not in os.environ
 
 
 def test_a_sample_spans_each_methods_rewards_and_none_writes_nothing(tmp_path, secret_env):
