@@ -231,3 +231,37 @@ def test_the_critic_stage_renders_each_page_once_with_the_real_renderer(tmp_path
     assert len(list((tmp_path / "screens").glob("*.png"))) == 4  # red, blue, white reference, tall reference
     again = screened_trajectories(cfg.model_copy(update={"frontend": None}), tmp_path, [trajs[0], tall])
     assert again == out  # read back from disk: no renderer made (a config without frontend settings would fail)
+
+
+def test_the_candidates_stage_ranks_with_a_vlm_critic_and_its_screens(vl_dir, tmp_path, monkeypatch):
+    """The wiring of stage 5 with critic.kind=vlm: the stage loads the trained vlm critic with a `PageScreens` over
+    the run's renderer (FakeRenderer stands for Chromium), scores every sampled candidate, and writes candidates
+    and DPO pairs. The policy is a tiny random text Qwen2 (its candidates are noise; what is checked is the path)."""
+    from sweet.colbench import registry
+    from sweet.stages.candidates import sample_and_rank_candidates
+    from sweet.store import dumps, read_rows, write_rows
+
+    renderer = FakeRenderer()
+    monkeypatch.setattr(registry, "frontend_renderer", lambda cfg: renderer)
+    trajs = [frontend_traj(["red"], 0.2), frontend_traj(["blue", "green"], 0.9)]
+    critic_dir = tmp_path / "critic_stage"
+    VC.train_vlm_critic(trajs, vl_dir, critic_dir, vlm_cfg(), device="cpu")  # writes critic_dir/critic
+    trajs_dir = tmp_path / "collect"
+    trajs_dir.mkdir()
+    write_rows([{"traj_id": f"t{i}__0", "task_id": f"t{i}", "messages": dumps(t["messages"]), "reward": t["reward"],
+                 "training_info": t["training_info"]} for i, t in enumerate(trajs)],
+               trajs_dir / "trajectories.parquet")
+    policy = save_tiny_qwen2(tmp_path / "policy")
+    cfg = load_config("micro", ["task_family=frontend", "critic.kind=vlm", f"models.policy={policy}",
+                                "models.device=cpu", "engine.backend=hf", "candidates.n=3",
+                                "candidates.max_new_tokens=8", "candidates.turn_fraction=1.0",
+                                "candidates.max_turns=10", "candidates.pairs_per_turn=1"])
+    out = tmp_path / "candidates"
+    out.mkdir()
+    stats = sample_and_rank_candidates(cfg, out, str(trajs_dir), str(critic_dir))
+    rows = read_rows(out / "candidates.parquet")
+    assert stats["turns"] == 3 and len(rows) == 9  # three agent turns, three candidates each
+    assert all(math.isfinite(r["score"]) for r in rows)
+    assert stats["dpo_pairs"] == 3 and len(read_rows(out / "dpo_pairs.parquet")) == 3
+    # The critic read the pages of the histories and the reference through the stage's renderer.
+    assert {page("blue"), page("white", "Target")} <= set(renderer.rendered)
