@@ -237,8 +237,11 @@ def _traced(c, experiment_id: str, run_id: str) -> set[str]:
             if not token:
                 return found
 
-    whole = {t.info.trace_id: t for t in search(True)
-             if len(t.data.spans) == int(t.info.tags.get("sweet.spans", len(t.data.spans) or 1))}
+    def is_whole(t) -> bool:  # traces written before the span count was tagged: any spans at all
+        expected = t.info.tags.get("sweet.spans")
+        return bool(t.data.spans) and (expected is None or len(t.data.spans) == int(expected))
+
+    whole = {t.info.trace_id: t for t in search(True) if is_whole(t)}
     broken = [t.info.trace_id for t in search(False) if t.info.trace_id not in whole]
     if broken:
         log.warning("%d episode traces of run %s are incomplete; deleting them to write them again", len(broken),
@@ -267,8 +270,7 @@ def _exporting_to(uri: str):
     dropped with a warning: a trace went missing now and then), then put the process's setting (and
     MLFLOW_TRACKING_URI, which MLflow rewrites) back as they were. Trace and span ids come from MLflow's isolated
     generator: OpenTelemetry's default draws them from the global `random`, which every stage seeds alike, so two
-    stages' traces could get the same id (a later one then took an earlier one's place), and writing traces moved
-    the stage's random stream."""
+    stages' traces could get the same id (a later one then took an earlier one's place)."""
     import mlflow
     from mlflow.tracing.provider import reset as reset_tracer  # the exporter reads its settings when it is built
     # Private, but the one call that puts back an unset URI (no public call does).

@@ -18,8 +18,6 @@ from sweet.pipeline import Stage, read_manifest, run_stage
 from sweet.records import EvalResult, Trajectory
 from sweet.store import dumps, write_rows
 
-ISOLATED = monitor.ISOLATED_IDS
-
 SECRET = "sk-test-FAKE-0123456789abcdef"
 REFERENCE = "def scale(x):\n    factor = 3 * 7  # hidden\n    return factor * x + 11\n"
 LEAKED = "return factor * x + 11"      # a reference line the simulator repeats
@@ -180,7 +178,7 @@ def test_stages_seeded_alike_get_distinct_trace_ids(tmp_path, secret_env):
         run = client.get_run(read_manifest(out)["mlflow_run_id"])
         found += client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)
     assert len(found) == len({t.info.trace_id for t in found}) == 15
-    assert ISOLATED not in os.environ
+    assert monitor.ISOLATED_IDS not in os.environ
 
 
 def test_a_sample_spans_each_methods_rewards_and_none_writes_nothing(tmp_path, secret_env):
