@@ -4,7 +4,7 @@ The layers, lowest first. A module imports only from its own layer or lower ones
 import graph from the source and enforces it, with no cycles, no private names across modules, and no Prefect
 inside sweet/):
 
-1. infrastructure  config (+ engine_config), profiles, store (DuckDB/Parquet), records (row types), tracking (MLflow), models
+1. infrastructure  config (+ engine_config, family_config), profiles, store (DuckDB/Parquet), records (row types), tracking (MLflow), models
                    (weights, devices), chat (the text-generation contract), graph (the method graph, as data),
                    pipeline + codehash (fingerprints), launch (`accelerate launch`)
 2. machinery       sandbox (runs untrusted code), render (pages in a browser): general, know nothing of ColBench
@@ -17,7 +17,8 @@ inside sweet/):
 """
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("infrastructure", ("sweet", "sweet.config", "sweet.engine_config", "sweet.profiles", "sweet.store",
+    ("infrastructure", ("sweet", "sweet.config", "sweet.engine_config", "sweet.family_config",
+                        "sweet.profiles", "sweet.store",
                         "sweet.records", "sweet.tracking", "sweet.models", "sweet.chat", "sweet.graph", "sweet.pipeline",
                         "sweet.codehash", "sweet.launch")),
     ("machinery", ("sweet.sandbox", "sweet.render")),

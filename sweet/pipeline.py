@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from sweet import codehash, tracking
 from sweet.config import EXECUTION_ONLY, PipelineConfig
+from sweet.engine_config import server_binary
 
 MANIFEST = "manifest.json"
 
@@ -55,6 +56,13 @@ COUNTS_ONLY_IF: dict[str, Callable[[dict], bool]] = {
 }
 
 
+def _has_llama_server() -> bool:
+    try:
+        return server_binary() is not None
+    except FileNotFoundError:  # a wrong $SWEET_LLAMA_SERVER: the stage itself fails with that message
+        return True
+
+
 def config_slice(cfg: PipelineConfig, keys: tuple[str, ...]) -> dict[str, Any]:
     data = cfg.model_dump()
     for path in EXECUTION_ONLY:  # how a stage runs (e.g. on how many shards), not what it computes
@@ -71,6 +79,10 @@ def config_slice(cfg: PipelineConfig, keys: tuple[str, ...]) -> dict[str, Any]:
         for part in key.split("."):
             node = node[part]
         out[key] = node
+    if out.get("engine.backend") == "llamacpp" and not _has_llama_server():
+        # Without the binary the stage samples with transformers (sweet.agents.llamacpp warns): the fingerprint says
+        # so, or installing llama-server later would turn transformers' results into cache hits for llama.cpp.
+        out["engine.backend"] = "hf (engine.backend=llamacpp, llama-server not installed)"
     if out.get("engine.num_processes") == 0:  # "every GPU": the count sets the global batch, so it is resolved
         from sweet.launch import total_processes
         out["engine.num_processes"] = total_processes(cfg.engine)

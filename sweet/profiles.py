@@ -149,8 +149,9 @@ PAPER_PROFILES["paper-eq"] = {**PAPER_PROFILES["paper-backend"], "experiment": "
 PROFILES: dict[str, dict[str, Any]] = {
     # The default: Qwen2.5-Coder-0.5B follows the answer protocol; sized for <=30 min on 2 CPU cores. A 0.5B policy
     # rarely passes every test, so pairs use the margin rule and RFT keeps trajectories passing at least one test.
-    "tiny": {"pairs": {"rule": "margin"}, "candidates": {"n": 4, "temperature": 0.7},
-             "actor": {"rft_min_reward": 0.1}},
+    # Sampling goes through llama.cpp where it is installed (`make` builds it); without it, transformers, warned.
+    "tiny": {"engine": {"backend": "llamacpp"}, "pairs": {"rule": "margin"},
+             "candidates": {"n": 4, "temperature": 0.7}, "actor": {"rft_min_reward": 0.1}},
     # The learning study: the lite tier, where a 0.5B agent can win by asking (the simulator states each hidden
     # decision in plain words). Sized so `sweet run --profile laptop` fits 90 minutes on 2 CPU cores with the llama.cpp
     # engine (stage times in the README): training a 0.5B LoRA costs ~12 s per trajectory pair here, so the data are

@@ -161,3 +161,21 @@ def test_the_dask_fan_out_keeps_the_collect_stages_fingerprint(monkeypatch):
     assert seen[0].fn is tc.fan_out
     inputs = ("artifacts/micro/generate_tasks/0123456789abcdef",)
     assert fingerprint(seen[0], cfg, inputs) == fingerprint(COLLECT, cfg, inputs)
+
+
+def test_a_llamacpp_run_without_llama_server_is_fingerprinted_as_transformers(monkeypatch):
+    """tiny samples with llama.cpp where it is installed and falls back to transformers where it is not: the two
+    machines' collections must not share a cache entry (installing llama-server later would otherwise turn
+    transformers' episodes into hits for llama.cpp)."""
+    from sweet import pipeline
+    from sweet.config import load_config
+    from sweet.stages import COLLECT
+
+    cfg = load_config("tiny")
+    assert cfg.engine.backend == "llamacpp"
+    monkeypatch.setattr(pipeline, "server_binary", lambda: Path("/usr/bin/llama-server"))
+    served = pipeline.config_slice(cfg, COLLECT.config_keys)
+    monkeypatch.setattr(pipeline, "server_binary", lambda: None)
+    fallback = pipeline.config_slice(cfg, COLLECT.config_keys)
+    assert served["engine.backend"] == "llamacpp"
+    assert fallback["engine.backend"].startswith("hf") and fallback != served

