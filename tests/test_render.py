@@ -534,3 +534,13 @@ def test_reused_document_renders_as_a_fresh_navigation():
     for x in (got[3], got[5]):
         assert any(a.startswith("tailwind 2.2.19") for _, _, a in x.requests)
     assert {a for _, t, a in got[5].requests if t == "image"} == {"placeholder 240x160"}
+
+
+def test_a_disabled_tailwind_link_does_not_hold_a_reused_document():
+    # A disabled <link> never loads its sheet: the reused-document path must not wait for it (it would time out).
+    tw = '<link rel="stylesheet" href="https://cdn.jsdelivr.net/npm/tailwindcss@2.2.19/dist/tailwind.min.css">'
+    off = tw.replace('rel="stylesheet"', 'rel="stylesheet" disabled')
+    page = f'<html><head>{tw}{off}</head><body><div class="bg-red-500 p-8">x</div></body></html>'
+    with R.Renderer(pool_size=1, viewport=VIEW, timeout_s=3) as r:
+        first, second = r.render(page), r.render(page)
+    assert first.ok and second.ok and second.png == first.png, second.errors
