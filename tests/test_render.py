@@ -513,3 +513,34 @@ def test_cdp_capture_gives_the_bytes_of_playwrights_screenshot(renderer):
         assert a.png == b.png, i
         assert (a.width, a.height, a.clipped) == (b.width, b.height, b.clipped), i
     assert after[-3].clipped and after[-3].height == renderer.max_height
+
+
+@needs_browser
+@needs_tailwind
+def test_reused_document_renders_as_a_fresh_navigation():
+    # JavaScript off: after its first page a slot replaces its document's content instead of navigating
+    # (_slots._rewrite); the PNGs must be those of a first, navigated page, and each page's requests still logged.
+    pages = [(DATA / "tailwind_blocks.html").read_text(), colour_page((0, 255, 0)), (DATA / "blog.html").read_text()]
+    with R.Renderer(pool_size=1, viewport=VIEW) as r:
+        got = [r.render(h) for h in pages + pages]
+        assert r.slots_created == 1
+    fresh = []
+    for h in pages:
+        with R.Renderer(pool_size=1, viewport=VIEW) as one:
+            fresh.append(one.render(h))
+    assert all(x.ok for x in got + fresh)
+    assert [x.png for x in got] == [x.png for x in fresh + fresh]
+    assert close_to(img(got[4]).getpixel((400, 300)), (0, 255, 0))
+    for x in (got[3], got[5]):
+        assert any(a.startswith("tailwind 2.2.19") for _, _, a in x.requests)
+    assert {a for _, t, a in got[5].requests if t == "image"} == {"placeholder 240x160"}
+
+
+def test_a_disabled_tailwind_link_does_not_hold_a_reused_document():
+    # A disabled <link> never loads its sheet: the reused-document path must not wait for it (it would time out).
+    tw = '<link rel="stylesheet" href="https://cdn.jsdelivr.net/npm/tailwindcss@2.2.19/dist/tailwind.min.css">'
+    off = tw.replace('rel="stylesheet"', 'rel="stylesheet" disabled')
+    page = f'<html><head>{tw}{off}</head><body><div class="bg-red-500 p-8">x</div></body></html>'
+    with R.Renderer(pool_size=1, viewport=VIEW, timeout_s=3) as r:
+        first, second = r.render(page), r.render(page)
+    assert first.ok and second.ok and second.png == first.png, second.errors
