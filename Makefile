@@ -61,8 +61,8 @@ test-fast: $(STAMP) setup-browser
 	$(PY) -m pytest -q -ra -m "not slow"
 
 # The benchmarks of bench/, each printing its figures and the ratio, both measured in the same run. P1 and P1b
-# compare the CPU engines on Qwen2.5-Coder-0.5B and take the longest (the transformers side; not yet timed on an idle
-# machine); the others take a few minutes together. P4 renders pages in Chromium (set up first).
+# compare the CPU engines on Qwen2.5-Coder-0.5B and take the longest (the transformers side: P1 ~6 min, P1b over 27 min
+# on an idle 2-core machine); the others take a few minutes together. P4 renders pages in Chromium (set up first).
 bench: $(STAMP) setup-browser
 	@echo "== P1 collection: 16 episodes x 3 turns, llama.cpp server vs batched transformers"
 	$(PY) bench/collection_batching.py
