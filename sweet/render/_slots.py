@@ -22,8 +22,9 @@ from sweet.render.dom import DOM_SCRIPT, MAX_BLOCKS
 log = logging.getLogger("sweet.render")  # the package logger, whichever module logs
 
 PAGE_HOST = "sweet-render.invalid"
-_READY_SCRIPT = """() => ({state: document.readyState, links: [...document.querySelectorAll("link[rel~=stylesheet i]:not([disabled])")]
-  .map((l) => [l.href, !!l.sheet])})"""  # a disabled link never loads: waiting for its sheet would time out
+# A disabled link never loads: waiting for its sheet would time out.
+_READY_SCRIPT = """() => ({state: document.readyState,
+  links: [...document.querySelectorAll("link[rel~=stylesheet i]:not([disabled])")].map((l) => [l.href, !!l.sheet])})"""
 
 
 def _frame_of(request):
