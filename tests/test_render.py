@@ -536,6 +536,22 @@ def test_reused_document_renders_as_a_fresh_navigation():
     assert {a for _, t, a in got[5].requests if t == "image"} == {"placeholder 240x160"}
 
 
+@needs_browser
+def test_an_autofocus_page_renders_alike_on_a_fresh_and_a_reused_slot():
+    # A rewritten document keeps its "autofocus processed" flag, so on a reused slot the field stayed unfocused
+    # (no focus ring) where a fresh slot focused it: the same page gave two PNGs depending on the slot's history.
+    page = "<html><body><input autofocus value='x'><p>form</p></body></html>"
+    framed = "<iframe srcdoc=\"<input autofocus><p>in a frame</p>\"></iframe>"
+    with R.Renderer(pool_size=1, viewport=VIEW) as r:
+        got = [r.render(h) for h in (colour_page((0, 0, 255)), page, framed, page)]
+    fresh = []
+    for h in (page, framed):
+        with R.Renderer(pool_size=1, viewport=VIEW) as one:
+            fresh.append(one.render(h))
+    assert all(x.ok for x in got + fresh)
+    assert [x.png for x in got[1:]] == [fresh[0].png, fresh[1].png, fresh[0].png]
+
+
 def test_a_disabled_tailwind_link_does_not_hold_a_reused_document():
     # A disabled <link> never loads its sheet: the reused-document path must not wait for it (it would time out).
     tw = '<link rel="stylesheet" href="https://cdn.jsdelivr.net/npm/tailwindcss@2.2.19/dist/tailwind.min.css">'

@@ -25,6 +25,21 @@ PAGE_HOST = "sweet-render.invalid"
 # A disabled link never loads: waiting for its sheet would time out.
 _READY_SCRIPT = """() => ({state: document.readyState,
   links: [...document.querySelectorAll("link[rel~=stylesheet i]:not([disabled])")].map((l) => [l.href, !!l.sheet])})"""
+# Pages that _rewrite cannot render as a fresh document does, so they always navigate: imported sheets, and autofocus
+# (a rewritten document keeps its "autofocus processed" flag, so a field focused on a fresh page stays unfocused:
+# measured, a different PNG for the same page depending on its slot's history).
+_NAVIGATE_ONLY = re.compile(r"@import|autofocus", re.I)
+# _rewrite's check once the document's `load` has fired: the same test as _ready (the argument is _TAILWIND_CSS_URL's
+# pattern, or null when no Tailwind copy is served) and, when it holds, every <img> decoded, in ONE round trip. With
+# JavaScript off an evaluated script gets no timers, so the wait itself cannot move into the page.
+_LOADED_SCRIPT = """async (tailwind) => {
+  const re = tailwind === null ? null : new RegExp(tailwind, "i");
+  if (document.readyState !== "complete") return false;
+  if (re && [...document.querySelectorAll("link[rel~=stylesheet i]:not([disabled])")]
+      .some((l) => re.test(l.href) && !l.sheet)) return false;
+  await Promise.all([...document.images].map((i) => i.decode().catch(() => 0)));
+  return true;
+}"""
 
 
 def _frame_of(request):
@@ -50,7 +65,7 @@ class _Job:
 class _Slot:
     """A browser context with its one page, reused for several renders."""
 
-    __slots__ = ("ctx", "page", "cdp", "uses", "job", "generation", "doc_url", "frame_id")
+    __slots__ = ("ctx", "page", "cdp", "uses", "job", "generation", "doc_url", "frame_id", "loaded")
 
     def __init__(self, ctx, page, generation: int, cdp=None):
         self.ctx, self.page, self.generation = ctx, page, generation
@@ -59,6 +74,7 @@ class _Slot:
         self.job: _Job | None = None
         self.doc_url: str | None = None  # JavaScript off: the URL of the slot's loaded document, reused (_rewrite)
         self.frame_id: str | None = None
+        self.loaded = asyncio.Event()  # the slot's document fired `load` (CDP Page.loadEventFired; _rewrite)
 
 
 class _SlotPool:
@@ -197,7 +213,7 @@ class _SlotPool:
     async def _load(self, slot: _Slot, job: _Job) -> None:
         """Navigate and wait for `load`, or, once the page tried to navigate away (which stops its loading, so
         `load` may never come), for a short grace: every resource is answered locally, so it is quick."""
-        if slot.doc_url is not None and not self.javascript and "@import" not in job.html:  # no imported sheets
+        if slot.doc_url is not None and not self.javascript and not _NAVIGATE_ONLY.search(job.html):
             return await self._rewrite(slot, job)
         page = slot.page
         deadline = time.monotonic() + self.timeout_s
@@ -227,14 +243,33 @@ class _SlotPool:
         Measured: ~2.3x less CPU per page (no navigation, no new document/frame in the browser), identical PNGs.
         The origin is then shared by this slot's renders, which with scripts off can neither store nor read
         anything; subresources still go through the route handler (the Tailwind subset is sent ``no-store``
-        so the next document cannot reuse this one's).  Ready = ``readyState`` complete (what `load` waits for)
-        and every <img> decoded (measured: without it, a rare image-less frame)."""
+        so the next document cannot reuse this one's).  Ready = the document's ``load`` event, then (one
+        evaluate) ``readyState`` complete, every local Tailwind sheet applied and every <img> decoded (measured:
+        without the decode, a rare image-less frame); the poll of ``_READY_SCRIPT`` is the fallback."""
         deadline = time.monotonic() + self.timeout_s
         page = slot.page
         job.url, job.served = slot.doc_url, True  # a navigation back to it is blocked, as after a goto
         if slot.frame_id is None:
             slot.frame_id = (await slot.cdp.send("Page.getFrameTree"))["frameTree"]["frame"]["id"]
+            slot.cdp.on("Page.loadEventFired", lambda _e: slot.loaded.set())
+            await slot.cdp.send("Page.enable")
+        slot.loaded.clear()
         await slot.cdp.send("Page.setDocumentContent", {"frameId": slot.frame_id, "html": job.html})
+        # Wait for the document's `load` event (stylesheets and images delay it) instead of polling: the poll's
+        # round trips through the driver cost CPU that renders on 2 cores share. A late event of the previous
+        # document, a page that tried to leave or a load slower than 1 s only sends us to the poll below, which
+        # decides as before.
+        waits = [asyncio.ensure_future(e.wait()) for e in (slot.loaded, job.left)]
+        try:
+            await asyncio.wait(waits, timeout=min(1.0, max(0.0, deadline - time.monotonic())),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        if slot.loaded.is_set() and not job.left.is_set() and await asyncio.wait_for(
+                page.evaluate(_LOADED_SCRIPT, None if self.tailwind_css is None else _TAILWIND_CSS_URL.pattern),
+                max(0.05, deadline - time.monotonic())):
+            return
         left_at = None
         while not self._ready(await page.evaluate(_READY_SCRIPT)):
             now = time.monotonic()
