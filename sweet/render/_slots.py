@@ -22,17 +22,16 @@ from sweet.render.dom import DOM_SCRIPT, MAX_BLOCKS
 log = logging.getLogger("sweet.render")  # the package logger, whichever module logs
 
 PAGE_HOST = "sweet-render.invalid"
-# A disabled link never loads: waiting for its sheet would time out.
-_READY_SCRIPT = """() => ({state: document.readyState,
-  links: [...document.querySelectorAll("link[rel~=stylesheet i]:not([disabled])")].map((l) => [l.href, !!l.sheet])})"""
 # Pages that _rewrite cannot render as a fresh document does, so they always navigate: imported sheets, and autofocus
 # (a rewritten document keeps its "autofocus processed" flag, so a field focused on a fresh page stays unfocused:
 # measured, a different PNG for the same page depending on its slot's history).
 _NAVIGATE_ONLY = re.compile(r"@import|autofocus", re.I)
-# _rewrite's check once the document's `load` has fired: the same test as _ready (the argument is _TAILWIND_CSS_URL's
-# pattern, or null when no Tailwind copy is served) and, when it holds, every <img> decoded, in ONE round trip. With
-# JavaScript off an evaluated script gets no timers, so the wait itself cannot move into the page.
-_LOADED_SCRIPT = """async (tailwind) => {
+# _rewrite's readiness, one evaluate: `load` has come, every local Tailwind sheet is applied (measured: readyState
+# alone, about 1 page in 150 was captured unstyled; other stylesheets are aborted, so they never apply in either path;
+# a disabled link never loads, so it is skipped) and then every <img> decoded (without it, a rare image-less frame).
+# The argument is _TAILWIND_CSS_URL's pattern, or null when no Tailwind copy is served. With JavaScript off an
+# evaluated script gets no timers, so the wait itself cannot move into the page.
+_READY_SCRIPT = """async (tailwind) => {
   const re = tailwind === null ? null : new RegExp(tailwind, "i");
   if (document.readyState !== "complete") return false;
   if (re && [...document.querySelectorAll("link[rel~=stylesheet i]:not([disabled])")]
@@ -244,8 +243,8 @@ class _SlotPool:
         The origin is then shared by this slot's renders, which with scripts off can neither store nor read
         anything; subresources still go through the route handler (the Tailwind subset is sent ``no-store``
         so the next document cannot reuse this one's).  Ready = the document's ``load`` event, then (one
-        evaluate) ``readyState`` complete, every local Tailwind sheet applied and every <img> decoded (measured:
-        without the decode, a rare image-less frame); the poll of ``_READY_SCRIPT`` is the fallback."""
+        evaluate, ``_READY_SCRIPT``) every local Tailwind sheet applied and every <img> decoded, polled again
+        until it holds."""
         deadline = time.monotonic() + self.timeout_s
         page = slot.page
         job.url, job.served = slot.doc_url, True  # a navigation back to it is blocked, as after a goto
@@ -257,8 +256,8 @@ class _SlotPool:
         await slot.cdp.send("Page.setDocumentContent", {"frameId": slot.frame_id, "html": job.html})
         # Wait for the document's `load` event (stylesheets and images delay it) instead of polling: the poll's
         # round trips through the driver cost CPU that renders on 2 cores share. A late event of the previous
-        # document, a page that tried to leave or a load slower than 1 s only sends us to the poll below, which
-        # decides as before.
+        # document, a page that tried to leave or a load slower than 1 s only makes the first check below fail,
+        # and it polls as before.
         waits = [asyncio.ensure_future(e.wait()) for e in (slot.loaded, job.left)]
         try:
             await asyncio.wait(waits, timeout=min(1.0, max(0.0, deadline - time.monotonic())),
@@ -266,12 +265,10 @@ class _SlotPool:
         finally:
             for w in waits:
                 w.cancel()
-        if slot.loaded.is_set() and not job.left.is_set() and await asyncio.wait_for(
-                page.evaluate(_LOADED_SCRIPT, None if self.tailwind_css is None else _TAILWIND_CSS_URL.pattern),
-                max(0.05, deadline - time.monotonic())):
-            return
+        tailwind = None if self.tailwind_css is None else _TAILWIND_CSS_URL.pattern
         left_at = None
-        while not self._ready(await page.evaluate(_READY_SCRIPT)):
+        while not await asyncio.wait_for(page.evaluate(_READY_SCRIPT, tailwind),
+                                         max(0.05, deadline - time.monotonic())):
             now = time.monotonic()
             if job.left.is_set():  # it tried to navigate away: a short grace, as in _load
                 left_at = left_at or now
@@ -280,16 +277,6 @@ class _SlotPool:
             if now > deadline:
                 raise asyncio.TimeoutError
             await asyncio.sleep(0.002)
-        await asyncio.wait_for(page.evaluate(
-            "() => Promise.all([...document.images].map((i) => i.decode().catch(() => 0)))"),
-            max(0.05, deadline - time.monotonic()))
-
-    def _ready(self, got: dict) -> bool:
-        """`load` has come and every local Tailwind sheet is applied (measured: readyState alone, about 1 page in
-        150 was captured unstyled).  Other stylesheets are aborted, so they never apply in either path."""
-        if got["state"] != "complete":
-            return False
-        return self.tailwind_css is None or all(has for href, has in got["links"] if _TAILWIND_CSS_URL.match(href))
 
     async def _capture(self, slot: _Slot) -> tuple[bytes, bool]:
         """One evaluate and one CDP capture (sweet/render/_shot.py): the bytes Playwright's clipped full-page
