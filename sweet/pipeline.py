@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from sweet import codehash, tracking
+from sweet import codehash, models, tracking
 from sweet.config import EXECUTION_ONLY, PipelineConfig
 from sweet.engine_config import server_binary
 
@@ -53,7 +53,15 @@ COUNTS_ONLY_IF: dict[str, Callable[[dict], bool]] = {
     "evaluate.scoring": lambda data: data["task_family"] == "backend",  # collected pages are not scored by tests
     "engine.llamacpp_parallel": _llamacpp, "engine.llamacpp_ctx_per_slot": _llamacpp,
     "engine.launcher": _launched, "engine.accelerate_config": _launched, "engine.num_processes": _launched,
+    "models.cpu_precision": lambda data: _on_cpu(data["models"]["device"]),
 }
+
+
+def _on_cpu(device: str) -> bool:
+    try:
+        return models.pick_device(device) == "cpu"
+    except (RuntimeError, ValueError):  # cuda asked for, none here: the stage itself fails with that message
+        return False
 
 
 def _has_llama_server() -> bool:
@@ -83,6 +91,8 @@ def config_slice(cfg: PipelineConfig, keys: tuple[str, ...]) -> dict[str, Any]:
         # Without the binary the stage samples with transformers (sweet.agents.llamacpp warns): the fingerprint says
         # so, or installing llama-server later would turn transformers' results into cache hits for llama.cpp.
         out["engine.backend"] = "hf (engine.backend=llamacpp, llama-server not installed)"
+    if "models.cpu_precision" in out:  # 'auto' is bf16 or fp32 by this CPU: the fingerprint names what ran
+        out["models.cpu_precision"] = models.resolve_cpu_precision(out["models.cpu_precision"])
     if out.get("engine.num_processes") == 0:  # "every GPU": the count sets the global batch, so it is resolved
         from sweet.launch import total_processes
         out["engine.num_processes"] = total_processes(cfg.engine)
@@ -124,6 +134,7 @@ def run_stage(stage: Stage, cfg: PipelineConfig, *inputs: str, parent_run_id: st
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     params = config_slice(cfg, stage.config_keys)
+    models.set_cpu_precision(cfg.models.cpu_precision)
     with tracking.stage_run(cfg, stage.name, out, params, parent_run_id=parent_run_id) as run_id:
         summary = stage.fn(cfg, out, *inputs) or {}
         elapsed = time.time() - started

@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         parser.error(f"--config {args.config}: {e}")
     cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"launcher": "local"})})
+    from sweet.models import set_cpu_precision
+    set_cpu_precision(cfg.models.cpu_precision)
     if args.stage == "train_critic":
         from sweet.stages.critic import train_critic as fn
     else:

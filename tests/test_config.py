@@ -111,6 +111,8 @@ def test_laptop_profile_runs_the_lite_tier_with_room_to_learn():
     assert cfg.models.critic_base == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
     # candidates long enough to hold a whole answer (the micro diagnosis: cut-off candidates teach prose)
     assert cfg.candidates.max_new_tokens >= cfg.collect.max_new_tokens
+    # run E's two epochs of each (chosen on the validation file, README "Does it learn?")
+    assert cfg.critic.epochs == 2 and cfg.actor.epochs == 2
 
 
 @pytest.mark.parametrize("name", ["paper-backend", "paper", "paper-frontend", "paper-eq"])

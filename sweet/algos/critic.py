@@ -27,7 +27,7 @@ from sweet.algos.losses import (bt_loss_official, bt_loss_paper, nll_loss, traje
 from sweet.algos.training import (FullFTModel, LossTrainer, checkpoint_dir, local_model_path, run_training,
                                   trainable_model, training_kwargs)
 from sweet.config import CriticConfig
-from sweet.models import model_dtype, pick_device
+from sweet.models import autocast, model_dtype, pick_device
 
 DONE_FILE = "critic_config.json"  # written last into `out_dir/critic`: the output is complete
 
@@ -231,9 +231,10 @@ def score_trajectory(model, tokenizer, messages: list[dict], training_info: str,
     ids = torch.tensor([tok["input_ids"]], device=device)
     turns = torch.tensor([turn_index(ids.shape[1], tok["turn_spans"])], device=device)
     target, attn = turns >= 0, torch.ones_like(ids)
-    logp = token_logps(model, ids, attn, target)
-    with model.disable_adapter():
-        ref = token_logps(model, ids, attn, target)
+    with autocast(device):
+        logp = token_logps(model, ids, attn, target)
+        with model.disable_adapter():
+            ref = token_logps(model, ids, attn, target)
     _, score = trajectory_scores((logp - ref) * target, turns, conf.get("variant", "paper"),
                                  conf.get("length_norm", True))
     return score.item()
@@ -308,10 +309,11 @@ def score_candidates(model, tokenizer, history: list[dict], candidates: list[str
     if not candidates:
         return []
     hist_c = with_training_info(history, training_info) if use_training_info else history
-    policy = _candidate_logps(model, tokenizer, hist_c, candidates, shared_prefix, max_length)
-    with model.disable_adapter():
-        ref = _candidate_logps(model, tokenizer, hist_c if ref_with_training_info else history, candidates,
-                               shared_prefix, max_length)
+    with autocast(model.device):
+        policy = _candidate_logps(model, tokenizer, hist_c, candidates, shared_prefix, max_length)
+        with model.disable_adapter():
+            ref = _candidate_logps(model, tokenizer, hist_c if ref_with_training_info else history, candidates,
+                                   shared_prefix, max_length)
     scores = []
     for p, r in zip(policy, ref, strict=True):
         d = (p - r).float()

@@ -29,7 +29,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from sweet.models import model_dtype, pick_device
+from sweet.models import cpu_bf16, model_dtype, pick_device
 
 
 def local_model_path(base_model: str) -> str:
@@ -112,13 +112,15 @@ def optimizer_kwargs(cfg) -> dict:
 
 def training_kwargs(cfg, ckpt_dir: Path, device: str = "auto") -> dict:
     """TrainingArguments (or TRL's DPOConfig / SFTConfig) of every trainer: the optimisation settings of `cfg`,
-    checkpoints in `ckpt_dir`, the CPU or the GPUs and their precision from `device`, no reporting."""
-    cuda = pick_device(device).startswith("cuda")
+    checkpoints in `ckpt_dir`, the CPU or the GPUs and their precision from `device` (bf16 on the CPU: autocast,
+    where `sweet.models.cpu_bf16` says so), no reporting."""
+    dev = pick_device(device)
+    cuda = dev.startswith("cuda")
     return dict(output_dir=str(ckpt_dir), learning_rate=cfg.lr, num_train_epochs=cfg.epochs, **optimizer_kwargs(cfg),
                 per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
                 save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=2, logging_steps=1,
                 report_to="none", seed=cfg.seed, data_seed=cfg.seed, use_cpu=not cuda,
-                bf16=cuda and torch.cuda.is_bf16_supported(), fp16=False, **{_CHECKPOINTING: False},
+                bf16=(cuda and torch.cuda.is_bf16_supported()) or cpu_bf16(dev), fp16=False, **{_CHECKPOINTING: False},
                 remove_unused_columns=False, dataloader_num_workers=0, disable_tqdm=False,  # a bar per stage
                 # Every trainable weight is used in each step, some (value head, LM head) after the wrapped forward:
                 # DDP's unused-parameter search would wrongly mark those ready early.

@@ -33,7 +33,7 @@ from sweet.algos.dialogue import (encode_all, mask_from_lengths, pad_rows, token
 from sweet.algos.losses import value_regression_loss
 from sweet.algos.training import (LossTrainer, checkpoint_dir, load_base_model, local_model_path, lora_config,
                                   run_training, training_kwargs)
-from sweet.models import model_dtype, pick_device
+from sweet.models import autocast, model_dtype, pick_device
 
 HEAD = "value_head"  # attribute of the base model that holds the head
 HEAD_FILE = "value_head.pt"
@@ -184,7 +184,8 @@ def score_candidates_value(model, tokenizer, history: list[dict], candidates: li
     if not candidates:
         return []
     hist = with_training_info(history, training_info) if use_training_info else history
-    ids, attn, cache, off, lens = candidate_inputs(model, tokenizer, hist, candidates, shared_prefix, max_length)
-    span_ids = span_mask(ids.shape[1], off, lens).to(ids.device) - 1  # 0 on the candidate's tokens, -1 elsewhere
-    values, _ = span_values(model, ids, attn, span_ids, 1, cache=cache)
+    with autocast(model.device):
+        ids, attn, cache, off, lens = candidate_inputs(model, tokenizer, hist, candidates, shared_prefix, max_length)
+        span_ids = span_mask(ids.shape[1], off, lens).to(ids.device) - 1  # 0 on the candidate's tokens, else -1
+        values, _ = span_values(model, ids, attn, span_ids, 1, cache=cache)
     return values[:, 0].tolist()

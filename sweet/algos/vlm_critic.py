@@ -39,7 +39,7 @@ from sweet.algos.dialogue import encode_all, fit_dialogue, turn_index, with_trai
 from sweet.algos.training import checkpoint_dir, load_base_model, local_model_path, run_training, training_kwargs
 from sweet.algos.value_head import (ValueTrainer, attach_value_head, collate_trajectories, save_head_copy,
                                     span_values, value_lora_config)
-from sweet.models import model_dtype, pick_device
+from sweet.models import autocast, model_dtype, pick_device
 
 VLM_MODEL_TYPES = ("qwen2_vl",)  # what is built and tested here (Qwen2.5-VL would need its own model class)
 VISION_START, IMAGE_PAD, VISION_END = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>"
@@ -256,6 +256,7 @@ def score_candidates_vlm(model, inputs: VLMInputs, history: list[dict], candidat
         last = turn_ids.max(dim=1, keepdim=True).values  # the candidate is each row's last assistant turn
         span_ids = torch.where(turn_ids == last, 0, -1)
         batch.pop("reward")
-        values, _ = span_values(model, batch.pop("input_ids"), batch.pop("attention_mask"), span_ids, 1, **batch)
-        out += values[:, 0].tolist()
+        with autocast(device):
+            values, _ = span_values(model, batch.pop("input_ids"), batch.pop("attention_mask"), span_ids, 1, **batch)
+        out += values[:, 0].float().tolist()
     return out

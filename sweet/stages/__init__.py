@@ -26,6 +26,8 @@ _ENGINE = ("engine.backend", "engine.llamacpp_parallel", "engine.llamacpp_ctx_pe
 # How training is spread (counted only when launched: see `pipeline.COUNTS_ONLY_IF`): processes x per-device batch x
 # grad_accum is the global batch, and ZeRO-3/FSDP set the precision.
 _LAUNCH = ("engine.launcher", "engine.accelerate_config", "engine.num_processes")
+# bf16 autocast or float32 for torch work on the CPU (training, critic scoring); counted only on the CPU, resolved.
+_PRECISION = ("models.cpu_precision",)
 
 GENERATE = Stage("generate_tasks", generate_tasks, ("task_family", "tasks", "api.base_url"))
 # Collection scores its episodes by evaluate.scoring (one rule for training rewards and evaluation); the evaluate
@@ -34,11 +36,11 @@ COLLECT = Stage("collect_trajectories", collect_trajectories,
                 ("models.policy", "models.simulator", "api.base_url", "collect", "evaluate.scoring")
                 + _AGENT + _FAMILY + _ENGINE)
 PAIRS = Stage("build_preference_pairs", build_preference_pairs, ("pairs",))
-CRITIC = Stage("train_critic", train_critic, ("models.critic_base", "critic") + _LAUNCH)
-CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates, ("models.policy", "candidates") + _ENGINE)
-ACTOR = Stage("train_actor", train_actor, ("method", "models.policy", "actor") + _LAUNCH)
+CRITIC = Stage("train_critic", train_critic, ("models.critic_base", "critic") + _LAUNCH + _PRECISION)
+CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates, ("models.policy", "candidates") + _ENGINE + _PRECISION)
+ACTOR = Stage("train_actor", train_actor, ("method", "models.policy", "actor") + _LAUNCH + _PRECISION)
 EVALUATE = Stage("evaluate", evaluate, ("method", "models.policy", "models.simulator", "api.base_url", "evaluate")
-                 + _AGENT + _FAMILY + _ENGINE)
+                 + _AGENT + _FAMILY + _ENGINE + _PRECISION)
 
 STAGES = [GENERATE, COLLECT, PAIRS, CRITIC, CANDIDATES, ACTOR, EVALUATE]
 assert tuple(st.name for st in STAGES) == STAGE_NAMES

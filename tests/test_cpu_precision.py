@@ -1,0 +1,125 @@
+"""models.cpu_precision: bf16 autocast for CPU training and critic scoring where the CPU has AMX, float32 elsewhere;
+resolved into the fingerprints of the stages it changes, so a cache made in one precision is never a hit for the
+other. The tiny random Qwen2 of test_algos stands for the 0.5B (same code paths, seconds instead of minutes)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from sweet import models, pipeline
+from sweet.algos import critic as C
+from sweet.algos.training import training_kwargs
+from sweet.config import CriticConfig, load_config
+from sweet.stages import ACTOR, CANDIDATES, COLLECT, CRITIC, EVALUATE, PAIRS
+from tests.test_algos import critic_model, critic_pairs, save_tiny_qwen2
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> str:
+    return save_tiny_qwen2(tmp_path_factory.mktemp("tiny_qwen2"))
+
+
+@pytest.fixture(autouse=True)
+def _library_default():
+    yield
+    models.set_cpu_precision("fp32")  # what a library call gets; no test leaks its choice into the next
+
+
+@pytest.mark.parametrize("amx, want", [(True, "bf16"), (False, "fp32")])
+def test_auto_is_bf16_only_where_the_cpu_has_amx(monkeypatch, amx, want):
+    monkeypatch.setattr(models, "cpu_has_amx_bf16", lambda: amx)
+    assert models.resolve_cpu_precision("auto") == want
+    assert models.resolve_cpu_precision("fp32") == "fp32" and models.resolve_cpu_precision("bf16") == "bf16"
+    assert models.set_cpu_precision("auto") == want and models.cpu_bf16("cpu") == (want == "bf16")
+    assert not models.cpu_bf16("cuda")  # GPUs load bf16 weights instead; autocast is for the CPU only
+    with pytest.raises(ValueError, match="cpu_precision"):
+        models.resolve_cpu_precision("fp16")
+
+
+def test_the_fingerprint_names_the_precision_that_ran(monkeypatch):
+    """auto on an AMX CPU and an explicit bf16 compute the same thing (one cache entry); fp32 another. Stages that
+    never run torch on the CPU (collection on llama.cpp, pairs) do not depend on it."""
+    cfg = load_config("tiny")
+    monkeypatch.setattr(models, "cpu_has_amx_bf16", lambda: True)
+    monkeypatch.setattr(models, "pick_device", lambda device="auto": "cpu")
+    set_to = lambda p: cfg.model_copy(update={"models": cfg.models.model_copy(update={"cpu_precision": p})})  # noqa: E731
+    for stage in (CRITIC, CANDIDATES, ACTOR, EVALUATE):
+        auto, bf16, fp32 = (pipeline.config_slice(set_to(p), stage.config_keys) for p in ("auto", "bf16", "fp32"))
+        assert auto["models.cpu_precision"] == "bf16" and auto == bf16 and fp32["models.cpu_precision"] == "fp32"
+    for stage in (COLLECT, PAIRS):
+        assert "models.cpu_precision" not in pipeline.config_slice(cfg, stage.config_keys)
+    monkeypatch.setattr(models, "pick_device", lambda device="auto": "cuda")  # a GPU run: not counted at all
+    assert "models.cpu_precision" not in pipeline.config_slice(cfg, CRITIC.config_keys)
+
+
+def test_training_arguments_ask_for_bf16_on_the_cpu_only_when_told(tmp_path):
+    cfg = CriticConfig()
+    models.set_cpu_precision("fp32")
+    assert training_kwargs(cfg, tmp_path, "cpu")["bf16"] is False
+    models.set_cpu_precision("bf16")
+    assert training_kwargs(cfg, tmp_path, "cpu")["bf16"] is True
+
+
+def _linear_output_dtypes(model) -> list[torch.dtype]:
+    seen: list[torch.dtype] = []
+    layer = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    layer.register_forward_hook(lambda _m, _a, out: seen.append(out.dtype))
+    return seen
+
+
+def test_scoring_runs_its_matmuls_in_bf16_when_set_and_stays_close(tiny_model_dir):
+    model, tok = critic_model(tiny_model_dir, perturb=True)
+    seen = _linear_output_dtypes(model)
+    hist = [{"role": "user", "content": "Write add(a, b)."}]
+    cands = ["def add(a, b):\n    return a + b", "What should add return?", "no idea"]
+    models.set_cpu_precision("fp32")
+    exact = C.score_candidates(model, tok, hist, cands, "def add(a, b): return a + b")
+    assert set(seen) == {torch.float32}
+    seen.clear()
+    models.set_cpu_precision("bf16")
+    fast = C.score_candidates(model, tok, hist, cands, "def add(a, b): return a + b")
+    assert set(seen) == {torch.bfloat16}
+    assert all(isinstance(s, float) and math.isfinite(s) for s in fast)
+    assert fast == pytest.approx(exact, abs=0.05)  # bf16 keeps ~3 significant digits; the logits stay float32
+    assert next(model.parameters()).dtype == torch.float32  # autocast: the weights are not converted
+
+
+def test_critic_trains_under_bf16_autocast_with_float32_weights(tiny_model_dir, tmp_path):
+    """The Trainer's bf16 on the CPU: the steps run (autocast), the saved adapter is float32, and it learns."""
+    models.set_cpu_precision("bf16")
+    cfg = CriticConfig(lr=2e-2, epochs=4, batch_size=2, save_steps=100, lora_r=4, lora_alpha=8, max_length=256)
+    out = C.train_critic(critic_pairs(4), tiny_model_dir, tmp_path, cfg, device="cpu")
+    from safetensors.torch import load_file
+    weights = load_file(out / "adapter_model.safetensors")
+    assert weights and all(v.dtype == torch.float32 for v in weights.values())
+    model, tok = C.load_critic(out, "cpu")
+    pair = critic_pairs(4)[0]
+    good, bad = C.score_candidates(model, tok, pair["chosen"][:-1], [pair["chosen"][-1]["content"],
+                                                                     pair["rejected"][-1]["content"]],
+                                   pair["training_info"])
+    assert good > bad
+
+
+def test_actor_dpo_under_bf16_starts_at_log2_and_moves_toward_the_chosen(tiny_model_dir, tmp_path):
+    """TRL's DPO on the CPU under bf16 autocast: at step 1 the zero-init LoRA is the reference, so the DPO term is
+    log 2 up to bf16 rounding of the NLL term; after it the margin is positive."""
+    from sweet.algos import actor as A
+    from sweet.config import ActorConfig
+    from tests.test_algos import Recorder, dialogue
+
+    rows = [{"prompt": dialogue(1 + i % 3)[:-1], "chosen": "I WANT TO ANSWER: def add(a, b): return a + b",
+             "rejected": "What types?"} for i in range(4)]
+    cfg = ActorConfig(lr=1e-2, epochs=2, batch_size=4, save_steps=100, lora_r=4, lora_alpha=8, max_length=64)
+    runs = {}
+    for precision in ("fp32", "bf16"):
+        models.set_cpu_precision(precision)
+        rec = Recorder()
+        A.train_dpo(rows, tiny_model_dir, tmp_path / precision, cfg, callbacks=[rec])
+        runs[precision] = [entry for entry in rec.logs if "loss" in entry]
+    first, last = runs["bf16"][0], runs["bf16"][-1]
+    assert first["rewards/margins"] == 0.0
+    assert first["loss"] == pytest.approx(runs["fp32"][0]["loss"], abs=0.02)
+    assert last["rewards/margins"] > 0
