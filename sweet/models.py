@@ -303,12 +303,19 @@ _cpu_precision = "fp32"  # what a library call gets; a pipeline stage applies it
 
 
 def cpu_has_amx_bf16() -> bool:
-    """Whether this CPU has AMX bf16 tiles (Linux's `amx_bf16` flag), where bf16 autocast pays off."""
+    """Whether this CPU has AMX bf16 tiles (Linux's `amx_bf16` flag) that this process may use, where bf16 autocast
+    pays off. A listed flag is not enough (llama.cpp's tile kernels die with SIGILL on some VMs that list it): the
+    kernel must also grant the tile state, which torch asks for in `_init_amx`."""
     try:
         with open("/proc/cpuinfo") as fh:
-            return any(line.startswith("flags") and " amx_bf16" in line for line in fh)
+            if not any(line.startswith("flags") and " amx_bf16" in line for line in fh):
+                return False
     except OSError:
         return False
+    import torch
+
+    init = getattr(getattr(torch._C, "_cpu", None), "_init_amx", None)  # private; absent: trust the flag
+    return bool(init()) if init is not None else True
 
 
 def resolve_cpu_precision(precision: str) -> str:

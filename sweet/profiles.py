@@ -162,16 +162,18 @@ PROFILES: dict[str, dict[str, Any]] = {
     # Two critic and two actor epochs (run E's settings): with one of each (run D) the actor did not fit its DPO
     # pairs, and on 50 unused train tasks (a validation file) E's actor beat D's by +5.7 [+0.7, +11.0] points. They
     # fit 90 minutes where the CPU trains in bf16 (models.cpu_precision=auto on AMX; 3x faster steps).
+    # One pair per forward, two per optimiser step (the defaults' global batch of 2, the same update): on 2 cores a
+    # step of 2 pairs padded to 923 tokens took 51 s, the same pairs one by one 18.5 s (README, CPU inference engine).
     "laptop": {
         "experiment": "laptop",
         "engine": {"backend": "llamacpp"},  # without llama-server (no `cpu-engine` extra) it falls back to hf, warned
         "tasks": {"source": "bundled:lite", "n_train": 32, "n_test": 50},
         "pairs": {"rule": "margin", "min_margin": 0.1, "max_pairs_per_task": 2},
         "collect": {"k": 4, "max_turns": 3, "max_new_tokens": 192, "sim_max_new_tokens": 48, "temperature": 0.7},
-        "critic": {"epochs": 2, "max_length": 1024},
+        "critic": {"epochs": 2, "max_length": 1024, "batch_size": 1, "grad_accum": 2},
         # Candidates long enough to hold a whole function: cut-off candidates taught the micro actor prose.
         "candidates": {"n": 6, "temperature": 0.7, "max_new_tokens": 192, "max_turns": 40},
-        "actor": {"epochs": 2, "max_length": 1024, "rft_min_reward": 0.5},
+        "actor": {"epochs": 2, "max_length": 1024, "batch_size": 1, "grad_accum": 2, "rft_min_reward": 0.5},
         "evaluate": {"max_turns": 3, "max_new_tokens": 192, "sim_max_new_tokens": 48, "temperature": 0.7,
                      "n_samples": 3, "best_of_n": 4, "best_of_n_temperature": 0.7},
     },

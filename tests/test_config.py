@@ -113,6 +113,9 @@ def test_laptop_profile_runs_the_lite_tier_with_room_to_learn():
     assert cfg.candidates.max_new_tokens >= cfg.collect.max_new_tokens
     # run E's two epochs of each (chosen on the validation file, README "Does it learn?")
     assert cfg.critic.epochs == 2 and cfg.actor.epochs == 2
+    # one pair per forward, the defaults' global batch of 2 per optimiser step (faster on the CPU, the same update)
+    for section in (cfg.critic, cfg.actor):
+        assert (section.batch_size, section.grad_accum) == (1, 2)
 
 
 @pytest.mark.parametrize("name", ["paper-backend", "paper", "paper-frontend", "paper-eq"])

@@ -1,6 +1,8 @@
-"""models.cpu_precision: bf16 autocast for CPU training and critic scoring where the CPU has AMX, float32 elsewhere;
-resolved into the fingerprints of the stages it changes, so a cache made in one precision is never a hit for the
-other. The tiny random Qwen2 of test_algos stands for the 0.5B (same code paths, seconds instead of minutes)."""
+"""Training on the CPU. models.cpu_precision: bf16 autocast for CPU training and critic scoring where the CPU has
+AMX, float32 elsewhere; resolved into the fingerprints of the stages it changes, so a cache made in one precision is
+never a hit for the other. And the laptop profile's one pair per forward (batch_size 1 x grad_accum 2), which must
+train what a two-pair batch does. The tiny random Qwen2 of test_algos stands for the 0.5B (same code paths, seconds
+instead of minutes)."""
 
 from __future__ import annotations
 
@@ -45,7 +47,10 @@ def test_the_fingerprint_names_the_precision_that_ran(monkeypatch):
     cfg = load_config("tiny")
     monkeypatch.setattr(models, "cpu_has_amx_bf16", lambda: True)
     monkeypatch.setattr(models, "pick_device", lambda device="auto": "cpu")
-    set_to = lambda p: cfg.model_copy(update={"models": cfg.models.model_copy(update={"cpu_precision": p})})  # noqa: E731
+
+    def set_to(precision):
+        return cfg.model_copy(update={"models": cfg.models.model_copy(update={"cpu_precision": precision})})
+
     for stage in (CRITIC, CANDIDATES, ACTOR, EVALUATE):
         auto, bf16, fp32 = (pipeline.config_slice(set_to(p), stage.config_keys) for p in ("auto", "bf16", "fp32"))
         assert auto["models.cpu_precision"] == "bf16" and auto == bf16 and fp32["models.cpu_precision"] == "fp32"
@@ -123,3 +128,32 @@ def test_actor_dpo_under_bf16_starts_at_log2_and_moves_toward_the_chosen(tiny_mo
     assert first["rewards/margins"] == 0.0
     assert first["loss"] == pytest.approx(runs["fp32"][0]["loss"], abs=0.02)
     assert last["rewards/margins"] > 0
+
+
+# --------------------------------------------------------------------------------------- one pair per forward
+@pytest.mark.parametrize("stage", ["critic", "actor"])
+def test_one_pair_per_forward_gives_the_update_of_a_two_pair_batch(tiny_model_dir, tmp_path, stage):
+    """The laptop profile's batch_size 1 x grad_accum 2 (faster on the CPU) trains what batch_size 2 does: the same
+    pairs in the same order, each optimiser step the mean of two pairs' gradients (the NLL term left out, whose token
+    mean spans the batch)."""
+    from safetensors.torch import load_file
+
+    from sweet.algos import actor as A
+    from sweet.config import ActorConfig
+    from tests.test_algos import dialogue
+
+    def train(batch_size: int, grad_accum: int, out):
+        kw = dict(lr=1e-2, epochs=2, batch_size=batch_size, grad_accum=grad_accum, save_steps=100, lora_r=4,
+                  lora_alpha=8, nll_coef=0.0, seed=3)
+        if stage == "critic":
+            return C.train_critic(critic_pairs(6), tiny_model_dir, out, CriticConfig(max_length=256, **kw))
+        rows = [{"prompt": dialogue(1 + i % 3)[:-1], "chosen": f"I WANT TO ANSWER: def add(a, b): return a + {i}",
+                 "rejected": f"What types, {i}?"} for i in range(6)]
+        return A.train_dpo(rows, tiny_model_dir, out, ActorConfig(max_length=64, **kw))
+
+    whole = load_file(train(2, 1, tmp_path / "whole") / "adapter_model.safetensors")
+    split = load_file(train(1, 2, tmp_path / "split") / "adapter_model.safetensors")
+    assert whole.keys() == split.keys()
+    assert all(v.abs().sum() > 0 for k, v in whole.items() if "lora_B" in k)
+    for k in whole:
+        assert torch.allclose(whole[k], split[k], atol=1e-5, rtol=1e-4), k
