@@ -37,6 +37,7 @@ class PlaywrightShot(R.Renderer):
     """The screenshot step as it was before sweet/render/_shot.py (same bytes, ~8 round trips)."""
 
     async def _capture(self, slot):
+        await self._await_ready(slot)  # a reused document's readiness, which sweet's capture checks in its evaluate
         return await self._capture_playwright(slot.page)
 
 FIXTURES = ROOT / "tests" / "data" / "frontend"

@@ -491,6 +491,7 @@ class _PlaywrightShot(R.Renderer):
     """The screenshot as it was taken before sweet/render/_shot.py: Playwright's own page.screenshot."""
 
     async def _capture(self, slot):
+        await self._await_ready(slot)  # a reused document's readiness, which sweet's capture checks in its evaluate
         return await self._capture_playwright(slot.page)
 
 
@@ -550,6 +551,35 @@ def test_an_autofocus_page_renders_alike_on_a_fresh_and_a_reused_slot():
             fresh.append(one.render(h))
     assert all(x.ok for x in got + fresh)
     assert [x.png for x in got[1:]] == [fresh[0].png, fresh[1].png, fresh[0].png]
+
+
+@needs_browser
+@needs_tailwind
+def test_a_reused_document_whose_capture_check_fails_is_polled_then_captured(monkeypatch):
+    # A reused document's readiness rides in the capture's evaluate; when that check fails (a late `load` event of
+    # the previous document let _rewrite go on early), the page must be left untouched, polled, then captured:
+    # the PNG of a fresh navigation. The stand-in fails each page's first check, as such a late event would.
+    from sweet.render import _slots
+
+    real, failed = _slots.capture, []
+
+    async def first_check_fails(page, cdp, viewport, max_height, check=None):
+        if check is not None and len(failed) < 2:
+            failed.append(check)
+            return _slots.NOT_READY
+        return await real(page, cdp, viewport, max_height, check)
+
+    monkeypatch.setattr(_slots, "capture", first_check_fails)
+    pages = [colour_page((0, 0, 255)), (DATA / "tailwind_blocks.html").read_text(), (DATA / "blog.html").read_text()]
+    with R.Renderer(pool_size=1, viewport=VIEW) as r:
+        got = [r.render(h) for h in pages]
+    monkeypatch.setattr(_slots, "capture", real)
+    fresh = []
+    for h in pages[1:]:
+        with R.Renderer(pool_size=1, viewport=VIEW) as one:
+            fresh.append(one.render(h))
+    assert len(failed) == 2 and all(x.ok for x in got + fresh)
+    assert [x.png for x in got[1:]] == [x.png for x in fresh]
 
 
 def test_a_disabled_tailwind_link_does_not_hold_a_reused_document():

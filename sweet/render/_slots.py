@@ -16,7 +16,7 @@ import re
 import time
 
 from sweet.render._assets import TAILWIND_VERSION, _TAILWIND_CSS_URL, placeholder_size, solid_png
-from sweet.render._shot import CLEANUP_SCRIPT, capture
+from sweet.render._shot import CLEANUP_SCRIPT, NOT_READY, READY_SCRIPT, capture
 from sweet.render.dom import DOM_SCRIPT, MAX_BLOCKS
 
 log = logging.getLogger("sweet.render")  # the package logger, whichever module logs
@@ -26,19 +26,6 @@ PAGE_HOST = "sweet-render.invalid"
 # (a rewritten document keeps its "autofocus processed" flag, so a field focused on a fresh page stays unfocused:
 # measured, a different PNG for the same page depending on its slot's history).
 _NAVIGATE_ONLY = re.compile(r"@import|autofocus", re.I)
-# _rewrite's readiness, one evaluate: `load` has come, every local Tailwind sheet is applied (measured: readyState
-# alone, about 1 page in 150 was captured unstyled; other stylesheets are aborted, so they never apply in either path;
-# a disabled link never loads, so it is skipped) and then every <img> decoded (without it, a rare image-less frame).
-# The argument is _TAILWIND_CSS_URL's pattern, or null when no Tailwind copy is served. With JavaScript off an
-# evaluated script gets no timers, so the wait itself cannot move into the page.
-_READY_SCRIPT = """async (tailwind) => {
-  const re = tailwind === null ? null : new RegExp(tailwind, "i");
-  if (document.readyState !== "complete") return false;
-  if (re && [...document.querySelectorAll("link[rel~=stylesheet i]:not([disabled])")]
-      .some((l) => re.test(l.href) && !l.sheet)) return false;
-  await Promise.all([...document.images].map((i) => i.decode().catch(() => 0)));
-  return true;
-}"""
 
 
 def _frame_of(request):
@@ -51,10 +38,12 @@ def _frame_of(request):
 class _Job:
     """One render in a slot: its page, and what its requests and events were (filled in by the handlers)."""
 
-    __slots__ = ("url", "html", "served", "requests", "events", "css", "left")
+    __slots__ = ("url", "html", "served", "requests", "events", "css", "left", "ready_check", "deadline")
 
     def __init__(self, url: str, html: str):
         self.url, self.html, self.served = url, html, False
+        self.ready_check: dict | None = None  # _rewrite left its readiness check to the capture's evaluate
+        self.deadline = 0.0
         self.left = asyncio.Event()  # the main frame tried to navigate away
         self.css: bytes | None = None
         self.requests: list[tuple[str, str, str]] = []
@@ -242,11 +231,10 @@ class _SlotPool:
         Measured: ~2.3x less CPU per page (no navigation, no new document/frame in the browser), identical PNGs.
         The origin is then shared by this slot's renders, which with scripts off can neither store nor read
         anything; subresources still go through the route handler (the Tailwind subset is sent ``no-store``
-        so the next document cannot reuse this one's).  Ready = the document's ``load`` event, then (one
-        evaluate, ``_READY_SCRIPT``) every local Tailwind sheet applied and every <img> decoded, polled again
-        until it holds."""
-        deadline = time.monotonic() + self.timeout_s
-        page = slot.page
+        so the next document cannot reuse this one's).  Ready = the document's ``load`` event, then every local
+        Tailwind sheet applied and every <img> decoded (``READY_SCRIPT``): checked by the capture's own evaluate
+        when the event came (``_capture``), else polled here until it holds."""
+        job.deadline = time.monotonic() + self.timeout_s
         job.url, job.served = slot.doc_url, True  # a navigation back to it is blocked, as after a goto
         if slot.frame_id is None:
             slot.frame_id = (await slot.cdp.send("Page.getFrameTree"))["frameTree"]["frame"]["id"]
@@ -256,32 +244,51 @@ class _SlotPool:
         await slot.cdp.send("Page.setDocumentContent", {"frameId": slot.frame_id, "html": job.html})
         # Wait for the document's `load` event (stylesheets and images delay it) instead of polling: the poll's
         # round trips through the driver cost CPU that renders on 2 cores share. A late event of the previous
-        # document, a page that tried to leave or a load slower than 1 s only makes the first check below fail,
-        # and it polls as before.
+        # document only makes the capture's check fail, and it polls then; a page that tried to leave or a load
+        # slower than 1 s polls now.
         waits = [asyncio.ensure_future(e.wait()) for e in (slot.loaded, job.left)]
         try:
-            await asyncio.wait(waits, timeout=min(1.0, max(0.0, deadline - time.monotonic())),
+            await asyncio.wait(waits, timeout=min(1.0, max(0.0, job.deadline - time.monotonic())),
                                return_when=asyncio.FIRST_COMPLETED)
         finally:
             for w in waits:
                 w.cancel()
         tailwind = None if self.tailwind_css is None else _TAILWIND_CSS_URL.pattern
+        if slot.loaded.is_set() and not job.left.is_set():
+            job.ready_check = {"tailwind": tailwind}
+            return
+        await self._poll_ready(slot.page, job, tailwind)
+
+    async def _poll_ready(self, page, job: _Job, tailwind: str | None) -> None:
+        """Evaluate READY_SCRIPT until it holds, within the job's deadline; a page that tried to navigate away
+        gets a short grace, as in _load."""
         left_at = None
-        while not await asyncio.wait_for(page.evaluate(_READY_SCRIPT, tailwind),
-                                         max(0.05, deadline - time.monotonic())):
+        while not await asyncio.wait_for(page.evaluate(READY_SCRIPT, tailwind),
+                                         max(0.05, job.deadline - time.monotonic())):
             now = time.monotonic()
-            if job.left.is_set():  # it tried to navigate away: a short grace, as in _load
+            if job.left.is_set():
                 left_at = left_at or now
                 if now - left_at > 0.5:
                     return
-            if now > deadline:
+            if now > job.deadline:
                 raise asyncio.TimeoutError
             await asyncio.sleep(0.002)
 
+    async def _await_ready(self, slot: _Slot) -> None:
+        """The readiness check _rewrite left to the capture, on its own (for a capture without PREPARE_SCRIPT)."""
+        if slot.job is not None and slot.job.ready_check is not None:
+            await self._poll_ready(slot.page, slot.job, slot.job.ready_check["tailwind"])
+
     async def _capture(self, slot: _Slot) -> tuple[bytes, bool]:
         """One evaluate and one CDP capture (sweet/render/_shot.py): the bytes Playwright's clipped full-page
-        screenshot gives, in two round trips instead of about eight."""
-        got = await capture(slot.page, slot.cdp, self.viewport, self.max_height)
+        screenshot gives, in two round trips instead of about eight. A reused document's readiness check rides in
+        the same evaluate; when it fails (rare: a late event of the previous document), poll, then capture."""
+        job = slot.job
+        check = job.ready_check if job is not None else None
+        got = await capture(slot.page, slot.cdp, self.viewport, self.max_height, check)
+        if got == NOT_READY:
+            await self._poll_ready(slot.page, job, check["tailwind"])
+            got = await capture(slot.page, slot.cdp, self.viewport, self.max_height)
         return got if got is not None else await self._capture_playwright(slot.page)
 
     async def _capture_playwright(self, page) -> tuple[bytes, bool]:
