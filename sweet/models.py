@@ -9,6 +9,7 @@ dequantised by transformers and saved once as a plain float32 safetensors folder
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import hashlib
 import json
@@ -299,7 +300,9 @@ def load_tokenizer(path: str | Path):
 # torch's bf16 matmuls on 2 cores of this project's Xeon (AMX tiles): 2.0 TFLOP/s against 0.32 in float32, and a
 # LoRA step of the 0.5B (2 x 768 tokens) 5.6 s against 18.7; on a CPU without AMX bf16 is ~5x *slower* than float32.
 CPU_PRECISIONS = ("auto", "fp32", "bf16")
-_cpu_precision = "fp32"  # what a library call gets; a pipeline stage applies its models.cpu_precision
+# What a library call gets is fp32; a pipeline stage applies its models.cpu_precision for its own duration. A context
+# variable, like torch's autocast state: stages running at once in threads of one process do not see each other's.
+_CPU_PRECISION: contextvars.ContextVar[str] = contextvars.ContextVar("sweet_cpu_precision", default="fp32")
 
 
 def cpu_has_amx_bf16() -> bool:
@@ -331,14 +334,25 @@ def set_cpu_precision(precision: str) -> str:
     """Make CPU training and critic scoring in this process run in `precision` (models.cpu_precision); returns
     what it resolved to. Weights stay float32 either way: 'bf16' is autocast (matmuls in bf16, master weights,
     optimiser state, softmax and losses in float32)."""
-    global _cpu_precision
-    _cpu_precision = resolve_cpu_precision(precision)
-    return _cpu_precision
+    resolved = resolve_cpu_precision(precision)
+    _CPU_PRECISION.set(resolved)
+    return resolved
+
+
+@contextlib.contextmanager
+def cpu_precision(precision: str):
+    """`set_cpu_precision(precision)` for the duration of a block (a stage), then back to what it was: a stage's
+    setting never leaks into later library calls of the same process."""
+    token = _CPU_PRECISION.set(resolve_cpu_precision(precision))
+    try:
+        yield _CPU_PRECISION.get()
+    finally:
+        _CPU_PRECISION.reset(token)
 
 
 def cpu_bf16(device) -> bool:
     """Whether work on `device` runs under bf16 autocast: on the CPU when this process's precision says so."""
-    return str(device).startswith("cpu") and _cpu_precision == "bf16"
+    return str(device).startswith("cpu") and _CPU_PRECISION.get() == "bf16"
 
 
 def autocast(device):

@@ -134,8 +134,8 @@ def run_stage(stage: Stage, cfg: PipelineConfig, *inputs: str, parent_run_id: st
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     params = config_slice(cfg, stage.config_keys)
-    models.set_cpu_precision(cfg.models.cpu_precision)
-    with tracking.stage_run(cfg, stage.name, out, params, parent_run_id=parent_run_id) as run_id:
+    with models.cpu_precision(cfg.models.cpu_precision), \
+            tracking.stage_run(cfg, stage.name, out, params, parent_run_id=parent_run_id) as run_id:
         summary = stage.fn(cfg, out, *inputs) or {}
         elapsed = time.time() - started
         tracking.log_metrics(cfg, run_id, {**{k: v for k, v in summary.items() if _is_number(v)}, "wall_s": elapsed})

@@ -31,13 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         parser.error(f"--config {args.config}: {e}")
     cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"launcher": "local"})})
-    from sweet.models import set_cpu_precision
-    set_cpu_precision(cfg.models.cpu_precision)
     if args.stage == "train_critic":
         from sweet.stages.critic import train_critic as fn
     else:
         from sweet.stages.actor import train_actor as fn
-    summary = fn(cfg, args.out, *args.inputs)
+    from sweet.models import cpu_precision
+    with cpu_precision(cfg.models.cpu_precision):  # as run_stage does for a single-process stage
+        summary = fn(cfg, args.out, *args.inputs)
     if int(os.environ.get("RANK", "0")) == 0:
         summary = {**summary, "training_processes": int(os.environ.get("WORLD_SIZE", "1"))}
         tmp = args.out / LAUNCH_DIR / (SUMMARY_FILE + ".tmp")

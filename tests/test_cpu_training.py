@@ -157,3 +157,12 @@ def test_one_pair_per_forward_gives_the_update_of_a_two_pair_batch(tiny_model_di
     assert all(v.abs().sum() > 0 for k, v in whole.items() if "lora_B" in k)
     for k in whole:
         assert torch.allclose(whole[k], split[k], atol=1e-5, rtol=1e-4), k
+
+
+def test_a_stages_precision_ends_with_the_stage(monkeypatch):
+    """run_stage applies models.cpu_precision for the stage only: later library calls in the same process (another
+    stage, a script, the next test) are back to float32."""
+    monkeypatch.setattr(models, "cpu_has_amx_bf16", lambda: True)
+    with models.cpu_precision("auto") as inside:
+        assert inside == "bf16" and models.cpu_bf16("cpu")
+    assert not models.cpu_bf16("cpu")
