@@ -55,7 +55,7 @@ def main() -> int:
 
     from transformers import TrainerCallback
 
-    from sweet import models
+    from sweet import models, precision
     from sweet.algos import critic as C
     from sweet.config import CriticConfig
 
@@ -73,21 +73,21 @@ def main() -> int:
     base = models.resolve_model(args.model, "artifacts/models")
     pairs = build_pairs(args.pairs, args.words, random.Random(args.seed))
     cfg = CriticConfig(epochs=1, batch_size=1, grad_accum=1, save_steps=10_000, max_length=1024, seed=args.seed)
-    print(f"CPU has AMX bf16 tiles: {models.cpu_has_amx_bf16()} (models.cpu_precision=auto -> "
-          f"{models.resolve_cpu_precision('auto')})")
+    print(f"CPU has AMX bf16 tiles: {precision.cpu_has_amx_bf16()} (models.cpu_precision=auto -> "
+          f"{precision.resolve_cpu_precision('auto')})")
     per_step, ok = {}, True
-    for precision in ("fp32", "bf16"):
-        models.set_cpu_precision(precision)
+    for mode in ("fp32", "bf16"):
+        precision.set_cpu_precision(mode)
         rec = StepTimes()
         with tempfile.TemporaryDirectory() as tmp:
             C.train_critic(pairs, base, Path(tmp), cfg, callbacks=[rec], device="cpu")
         steps = [b - a for a, b in zip(rec.times[1:], rec.times[2:])]  # step 1 (warm-up) left out
-        per_step[precision] = sum(steps) / len(steps)
+        per_step[mode] = sum(steps) / len(steps)
         ok &= all(math.isfinite(x) for x in rec.losses)
-        print(f"{precision}: {per_step[precision]:.2f} s per step over steps 2-{len(rec.times) - 1} "
+        print(f"{mode}: {per_step[mode]:.2f} s per step over steps 2-{len(rec.times) - 1} "
               f"(BT losses {', '.join(f'{x:.3f}' for x in rec.losses)})")
     print(f"bf16 autocast vs float32: {per_step['fp32'] / per_step['bf16']:.2f}x faster per step")
-    models.set_cpu_precision("fp32")
+    precision.set_cpu_precision("fp32")
     return 0 if ok else 1
 
 

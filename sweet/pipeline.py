@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from sweet import codehash, models, tracking
+from sweet import codehash, models, precision, tracking
 from sweet.config import EXECUTION_ONLY, PipelineConfig
 from sweet.engine_config import server_binary
 
@@ -92,7 +92,7 @@ def config_slice(cfg: PipelineConfig, keys: tuple[str, ...]) -> dict[str, Any]:
         # so, or installing llama-server later would turn transformers' results into cache hits for llama.cpp.
         out["engine.backend"] = "hf (engine.backend=llamacpp, llama-server not installed)"
     if "models.cpu_precision" in out:  # 'auto' is bf16 or fp32 by this CPU: the fingerprint names what ran
-        out["models.cpu_precision"] = models.resolve_cpu_precision(out["models.cpu_precision"])
+        out["models.cpu_precision"] = precision.resolve_cpu_precision(out["models.cpu_precision"])
     if out.get("engine.num_processes") == 0:  # "every GPU": the count sets the global batch, so it is resolved
         from sweet.launch import total_processes
         out["engine.num_processes"] = total_processes(cfg.engine)
@@ -134,7 +134,7 @@ def run_stage(stage: Stage, cfg: PipelineConfig, *inputs: str, parent_run_id: st
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     params = config_slice(cfg, stage.config_keys)
-    with models.cpu_precision(cfg.models.cpu_precision), \
+    with precision.cpu_precision(cfg.models.cpu_precision), \
             tracking.stage_run(cfg, stage.name, out, params, parent_run_id=parent_run_id) as run_id:
         summary = stage.fn(cfg, out, *inputs) or {}
         elapsed = time.time() - started

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         from sweet.stages.critic import train_critic as fn
     else:
         from sweet.stages.actor import train_actor as fn
-    from sweet.models import cpu_precision
+    from sweet.precision import cpu_precision
     with cpu_precision(cfg.models.cpu_precision):  # as run_stage does for a single-process stage
         summary = fn(cfg, args.out, *args.inputs)
     if int(os.environ.get("RANK", "0")) == 0:

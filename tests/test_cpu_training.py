@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from sweet import models, pipeline
+from sweet import models, pipeline, precision
 from sweet.algos import critic as C
 from sweet.algos.training import training_kwargs
 from sweet.config import CriticConfig, load_config
@@ -27,29 +27,29 @@ def tiny_model_dir(tmp_path_factory) -> str:
 @pytest.fixture(autouse=True)
 def _library_default():
     yield
-    models.set_cpu_precision("fp32")  # what a library call gets; no test leaks its choice into the next
+    precision.set_cpu_precision("fp32")  # what a library call gets; no test leaks its choice into the next
 
 
 @pytest.mark.parametrize("amx, want", [(True, "bf16"), (False, "fp32")])
 def test_auto_is_bf16_only_where_the_cpu_has_amx(monkeypatch, amx, want):
-    monkeypatch.setattr(models, "cpu_has_amx_bf16", lambda: amx)
-    assert models.resolve_cpu_precision("auto") == want
-    assert models.resolve_cpu_precision("fp32") == "fp32" and models.resolve_cpu_precision("bf16") == "bf16"
-    assert models.set_cpu_precision("auto") == want and models.cpu_bf16("cpu") == (want == "bf16")
-    assert not models.cpu_bf16("cuda")  # GPUs load bf16 weights instead; autocast is for the CPU only
+    monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: amx)
+    assert precision.resolve_cpu_precision("auto") == want
+    assert precision.resolve_cpu_precision("fp32") == "fp32" and precision.resolve_cpu_precision("bf16") == "bf16"
+    assert precision.set_cpu_precision("auto") == want and precision.cpu_bf16("cpu") == (want == "bf16")
+    assert not precision.cpu_bf16("cuda")  # GPUs load bf16 weights instead; autocast is for the CPU only
     with pytest.raises(ValueError, match="cpu_precision"):
-        models.resolve_cpu_precision("fp16")
+        precision.resolve_cpu_precision("fp16")
 
 
 def test_the_fingerprint_names_the_precision_that_ran(monkeypatch):
     """auto on an AMX CPU and an explicit bf16 compute the same thing (one cache entry); fp32 another. Stages that
     never run torch on the CPU (collection on llama.cpp, pairs) do not depend on it."""
     cfg = load_config("tiny")
-    monkeypatch.setattr(models, "cpu_has_amx_bf16", lambda: True)
+    monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: True)
     monkeypatch.setattr(models, "pick_device", lambda device="auto": "cpu")
 
-    def set_to(precision):
-        return cfg.model_copy(update={"models": cfg.models.model_copy(update={"cpu_precision": precision})})
+    def set_to(mode):
+        return cfg.model_copy(update={"models": cfg.models.model_copy(update={"cpu_precision": mode})})
 
     for stage in (CRITIC, CANDIDATES, ACTOR, EVALUATE):
         auto, bf16, fp32 = (pipeline.config_slice(set_to(p), stage.config_keys) for p in ("auto", "bf16", "fp32"))
@@ -62,9 +62,9 @@ def test_the_fingerprint_names_the_precision_that_ran(monkeypatch):
 
 def test_training_arguments_ask_for_bf16_on_the_cpu_only_when_told(tmp_path):
     cfg = CriticConfig()
-    models.set_cpu_precision("fp32")
+    precision.set_cpu_precision("fp32")
     assert training_kwargs(cfg, tmp_path, "cpu")["bf16"] is False
-    models.set_cpu_precision("bf16")
+    precision.set_cpu_precision("bf16")
     assert training_kwargs(cfg, tmp_path, "cpu")["bf16"] is True
 
 
@@ -80,11 +80,11 @@ def test_scoring_runs_its_matmuls_in_bf16_when_set_and_stays_close(tiny_model_di
     seen = _linear_output_dtypes(model)
     hist = [{"role": "user", "content": "Write add(a, b)."}]
     cands = ["def add(a, b):\n    return a + b", "What should add return?", "no idea"]
-    models.set_cpu_precision("fp32")
+    precision.set_cpu_precision("fp32")
     exact = C.score_candidates(model, tok, hist, cands, "def add(a, b): return a + b")
     assert set(seen) == {torch.float32}
     seen.clear()
-    models.set_cpu_precision("bf16")
+    precision.set_cpu_precision("bf16")
     fast = C.score_candidates(model, tok, hist, cands, "def add(a, b): return a + b")
     assert set(seen) == {torch.bfloat16}
     assert all(isinstance(s, float) and math.isfinite(s) for s in fast)
@@ -94,7 +94,7 @@ def test_scoring_runs_its_matmuls_in_bf16_when_set_and_stays_close(tiny_model_di
 
 def test_critic_trains_under_bf16_autocast_with_float32_weights(tiny_model_dir, tmp_path):
     """The Trainer's bf16 on the CPU: the steps run (autocast), the saved adapter is float32, and it learns."""
-    models.set_cpu_precision("bf16")
+    precision.set_cpu_precision("bf16")
     cfg = CriticConfig(lr=2e-2, epochs=4, batch_size=2, save_steps=100, lora_r=4, lora_alpha=8, max_length=256)
     out = C.train_critic(critic_pairs(4), tiny_model_dir, tmp_path, cfg, device="cpu")
     from safetensors.torch import load_file
@@ -119,11 +119,11 @@ def test_actor_dpo_under_bf16_starts_at_log2_and_moves_toward_the_chosen(tiny_mo
              "rejected": "What types?"} for i in range(4)]
     cfg = ActorConfig(lr=1e-2, epochs=2, batch_size=4, save_steps=100, lora_r=4, lora_alpha=8, max_length=64)
     runs = {}
-    for precision in ("fp32", "bf16"):
-        models.set_cpu_precision(precision)
+    for mode in ("fp32", "bf16"):
+        precision.set_cpu_precision(mode)
         rec = Recorder()
-        A.train_dpo(rows, tiny_model_dir, tmp_path / precision, cfg, callbacks=[rec])
-        runs[precision] = [entry for entry in rec.logs if "loss" in entry]
+        A.train_dpo(rows, tiny_model_dir, tmp_path / mode, cfg, callbacks=[rec])
+        runs[mode] = [entry for entry in rec.logs if "loss" in entry]
     first, last = runs["bf16"][0], runs["bf16"][-1]
     assert first["rewards/margins"] == 0.0
     assert first["loss"] == pytest.approx(runs["fp32"][0]["loss"], abs=0.02)
@@ -162,7 +162,7 @@ def test_one_pair_per_forward_gives_the_update_of_a_two_pair_batch(tiny_model_di
 def test_a_stages_precision_ends_with_the_stage(monkeypatch):
     """run_stage applies models.cpu_precision for the stage only: later library calls in the same process (another
     stage, a script, the next test) are back to float32."""
-    monkeypatch.setattr(models, "cpu_has_amx_bf16", lambda: True)
-    with models.cpu_precision("auto") as inside:
-        assert inside == "bf16" and models.cpu_bf16("cpu")
-    assert not models.cpu_bf16("cpu")
+    monkeypatch.setattr(precision, "cpu_has_amx_bf16", lambda: True)
+    with precision.cpu_precision("auto") as inside:
+        assert inside == "bf16" and precision.cpu_bf16("cpu")
+    assert not precision.cpu_bf16("cpu")

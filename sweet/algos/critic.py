@@ -27,7 +27,8 @@ from sweet.algos.losses import (bt_loss_official, bt_loss_paper, nll_loss, traje
 from sweet.algos.training import (FullFTModel, LossTrainer, checkpoint_dir, local_model_path, run_training,
                                   trainable_model, training_kwargs)
 from sweet.config import CriticConfig
-from sweet.models import autocast, model_dtype, pick_device
+from sweet.models import model_dtype, pick_device
+from sweet.precision import autocast
 
 DONE_FILE = "critic_config.json"  # written last into `out_dir/critic`: the output is complete
 

@@ -29,7 +29,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from sweet.models import cpu_bf16, model_dtype, pick_device
+from sweet.models import model_dtype, pick_device
+from sweet.precision import cpu_bf16
 
 
 def local_model_path(base_model: str) -> str:

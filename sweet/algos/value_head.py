@@ -33,7 +33,8 @@ from sweet.algos.dialogue import (encode_all, mask_from_lengths, pad_rows, token
 from sweet.algos.losses import value_regression_loss
 from sweet.algos.training import (LossTrainer, checkpoint_dir, load_base_model, local_model_path, lora_config,
                                   run_training, training_kwargs)
-from sweet.models import autocast, model_dtype, pick_device
+from sweet.models import model_dtype, pick_device
+from sweet.precision import autocast
 
 HEAD = "value_head"  # attribute of the base model that holds the head
 HEAD_FILE = "value_head.pt"

@@ -39,7 +39,8 @@ from sweet.algos.dialogue import encode_all, fit_dialogue, turn_index, with_trai
 from sweet.algos.training import checkpoint_dir, load_base_model, local_model_path, run_training, training_kwargs
 from sweet.algos.value_head import (ValueTrainer, attach_value_head, collate_trajectories, save_head_copy,
                                     span_values, value_lora_config)
-from sweet.models import autocast, model_dtype, pick_device
+from sweet.models import model_dtype, pick_device
+from sweet.precision import autocast
 
 VLM_MODEL_TYPES = ("qwen2_vl",)  # what is built and tested here (Qwen2.5-VL would need its own model class)
 VISION_START, IMAGE_PAD, VISION_END = "<|vision_start|>", "<|image_pad|>", "<|vision_end|>"

@@ -37,7 +37,8 @@ COLLECT = Stage("collect_trajectories", collect_trajectories,
                 + _AGENT + _FAMILY + _ENGINE)
 PAIRS = Stage("build_preference_pairs", build_preference_pairs, ("pairs",))
 CRITIC = Stage("train_critic", train_critic, ("models.critic_base", "critic") + _LAUNCH + _PRECISION)
-CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates, ("models.policy", "candidates") + _ENGINE + _PRECISION)
+CANDIDATES = Stage("sample_and_rank_candidates", sample_and_rank_candidates,
+                   ("models.policy", "candidates") + _ENGINE + _PRECISION)
 ACTOR = Stage("train_actor", train_actor, ("method", "models.policy", "actor") + _LAUNCH + _PRECISION)
 EVALUATE = Stage("evaluate", evaluate, ("method", "models.policy", "models.simulator", "api.base_url", "evaluate")
                  + _AGENT + _FAMILY + _ENGINE + _PRECISION)
