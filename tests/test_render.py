@@ -496,7 +496,7 @@ class _PlaywrightShot(R.Renderer):
 
 
 @needs_browser
-def test_cdp_capture_gives_the_bytes_of_playwrights_screenshot(renderer):
+def test_cdp_capture_gives_the_pixels_of_playwrights_screenshot(renderer):
     # The fixtures plus what Playwright's screenshot prepares for: an autofocused input (caret hidden), finite and
     # infinite animations (finished / cancelled), a same-origin iframe, a tall (clipped) and a wide document.
     anim = ("<style>@keyframes s{to{transform:rotate(90deg)}}.a{animation:s 1s linear infinite}"
@@ -511,9 +511,23 @@ def test_cdp_capture_gives_the_bytes_of_playwrights_screenshot(renderer):
     after = renderer.render_many(htmls)
     for i, (a, b) in enumerate(zip(before, after)):
         assert a.ok and b.ok, (i, a.error, b.error)
-        assert a.png == b.png, i
+        # Chromium's fast PNG encoder (_shot.FAST_PNG): other bytes, the same image.
+        assert R.same_pixels(a.png, b.png), i
         assert (a.width, a.height, a.clipped) == (b.width, b.height, b.clipped), i
     assert after[-3].clipped and after[-3].height == renderer.max_height
+
+
+def test_same_pixels_decodes_rather_than_compares_bytes():
+    def png(last, level):
+        buf = io.BytesIO()
+        pixels = bytearray(range(256)) * 12  # 32 x 32 RGB
+        pixels[-1] = last
+        Image.frombytes("RGB", (32, 32), bytes(pixels)).save(buf, "PNG", compress_level=level)  # 0: not compressed
+        return buf.getvalue()
+
+    fast, small, other = png(9, 0), png(9, 9), png(10, 0)
+    assert fast != small and R.same_pixels(fast, small)
+    assert not R.same_pixels(fast, other) and not R.same_pixels(fast, None) and R.same_pixels(None, None)
 
 
 @needs_browser

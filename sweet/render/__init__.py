@@ -77,7 +77,7 @@ from typing import Iterable, Sequence
 from sweet.render._assets import (  # noqa: F401
     _TAILWIND_CSS_URL, _TAILWIND_SCRIPT, DEFAULT_TAILWIND_CSS, PLACEHOLDER_DEFAULT, PLACEHOLDER_GREY,
     PLACEHOLDER_MAX, TAILWIND_URL, TAILWIND_VERSION, TailwindSubset, _tailwind_subset, _warn_once, placeholder_size,
-    png_size, rewrite_tailwind_scripts, solid_png)
+    png_size, rewrite_tailwind_scripts, same_pixels, solid_png)
 from sweet.render._browser import (  # noqa: F401
     LAUNCH_ARGS, BrowserUnavailable, _playwright_browser_installed, _system_chromium, browser_available,
     find_chromium, launch_chromium)

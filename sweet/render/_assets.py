@@ -7,6 +7,7 @@ Tailwind Play CDN script tags, and the placeholder images (sizes read from the U
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import struct
@@ -160,6 +161,17 @@ def png_size(png: bytes) -> tuple[int, int]:
     if len(png) < 24 or png[:8] != b"\x89PNG\r\n\x1a\n":
         raise ValueError("not a PNG")
     return struct.unpack(">II", png[16:24])
+
+
+def same_pixels(a: bytes | None, b: bytes | None) -> bool:
+    """Whether two PNGs decode to the same image (size, mode, every pixel): PNG is lossless, so two encoders of one
+    screenshot may give different bytes but must give this."""
+    if a is None or b is None or a == b:
+        return a == b
+    from PIL import Image  # only here: the renderer itself needs no image library
+
+    with Image.open(io.BytesIO(a)) as x, Image.open(io.BytesIO(b)) as y:
+        return (x.size, x.mode) == (y.size, y.mode) and x.tobytes() == y.tobytes()
 
 
 def solid_png(width: int, height: int, rgb: tuple[int, int, int] = PLACEHOLDER_GREY) -> bytes:
