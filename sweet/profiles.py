@@ -160,8 +160,9 @@ PROFILES: dict[str, dict[str, Any]] = {
     # 35 of 80 sampled answers. The critic's base is the 0.5B (the default): the 135M tied it on a 10-pair validation
     # split (0.700 both) but ranked a run's held-out pairs at chance (0.474 vs 0.694; README, "Does it learn?").
     # Two critic and two actor epochs (run E's settings): with one of each (run D) the actor did not fit its DPO
-    # pairs, and on 50 unused train tasks (a validation file) E's actor beat D's by +5.7 [+0.7, +11.0] points. They
-    # fit 90 minutes where the CPU trains in bf16 (models.cpu_precision=auto on AMX; 3x faster steps).
+    # pairs, and on 50 unused train tasks (a validation file) E's actor beat D's by +5.7 [+0.7, +11.0] points. bf16
+    # training (models.cpu_precision=auto on AMX) was to pay for them, but timed from nothing (run F, README) the
+    # profile took over 2 h on a 2-core AMX machine, most of it llama.cpp generation: over the 90-minute budget.
     # One pair per forward, two per optimiser step (the defaults' global batch of 2, the same update): on 2 cores a
     # step of 2 pairs padded to 923 tokens took 51 s, the same pairs one by one 18.5 s (README, CPU inference engine).
     "laptop": {
