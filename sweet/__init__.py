@@ -19,7 +19,8 @@ inside sweet/):
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("infrastructure", ("sweet", "sweet.config", "sweet.engine_config", "sweet.family_config",
                         "sweet.profiles", "sweet.store",
-                        "sweet.records", "sweet.tracking", "sweet.models", "sweet.precision", "sweet.chat", "sweet.graph", "sweet.pipeline",
+                        "sweet.records", "sweet.tracking", "sweet.models", "sweet.precision", "sweet.chat", "sweet.graph",
+                        "sweet.pipeline",
                         "sweet.codehash", "sweet.launch")),
     ("machinery", ("sweet.sandbox", "sweet.render")),
     ("environments", ("sweet.colbench",)),
