@@ -155,28 +155,30 @@ PROFILES: dict[str, dict[str, Any]] = {
     # The learning study: the lite tier, where a 0.5B agent can win by asking (the simulator states each hidden
     # decision in plain words). Sized so `sweet run --profile laptop` fits 90 minutes on 2 CPU cores with the llama.cpp
     # engine (stage times in the README): training a 0.5B LoRA costs ~12 s per trajectory pair here, so the data are
-    # small. Several sampled trajectories per task and 3 episodes per held-out task, so a paired comparison with
+    # small. Several sampled trajectories per task and 2 episodes per held-out task, so a paired comparison with
     # zero-shot can tell. Sampling at 0.7, not the paper's 1.0: at 1.0 the 0.5B agent broke the answer protocol in
     # 35 of 80 sampled answers. The critic's base is the 0.5B (the default): the 135M tied it on a 10-pair validation
     # split (0.700 both) but ranked a run's held-out pairs at chance (0.474 vs 0.694; README, "Does it learn?").
-    # Two critic and two actor epochs (run E's settings): with one of each (run D) the actor did not fit its DPO
-    # pairs, and on 50 unused train tasks (a validation file) E's actor beat D's by +5.7 [+0.7, +11.0] points. bf16
-    # training (models.cpu_precision=auto on AMX) was to pay for them, but timed from nothing (run F, README) the
-    # profile took over 2 h on a 2-core AMX machine, most of it llama.cpp generation: over the 90-minute budget.
+    # Two actor epochs (run E's): with one (run D) the actor did not fit its DPO pairs, and on 50 unused train tasks
+    # (a validation file) E's actor beat D's by +5.7 [+0.7, +11.0] points. Timed from nothing with two critic epochs,
+    # 40 candidate turns and 3 episodes on each of the 50 held-out tasks (run F, README), the profile took 166 min on
+    # a 2-core AMX machine, most of it llama.cpp generation, which runs near that CPU's limits (~200 prompt and ~100
+    # generated tokens/s, batched). So, to fit 90 minutes (estimated from F's stage times): one critic epoch (F's
+    # critic ranked held-out pairs at chance after two), 20 candidate turns, and 2 episodes on each of 40 held-out tasks.
     # One pair per forward, two per optimiser step (the defaults' global batch of 2, the same update): on 2 cores a
     # step of 2 pairs padded to 923 tokens took 51 s, the same pairs one by one 18.5 s (README, CPU inference engine).
     "laptop": {
         "experiment": "laptop",
         "engine": {"backend": "llamacpp"},  # without llama-server (no `cpu-engine` extra) it falls back to hf, warned
-        "tasks": {"source": "bundled:lite", "n_train": 32, "n_test": 50},
+        "tasks": {"source": "bundled:lite", "n_train": 32, "n_test": 40},
         "pairs": {"rule": "margin", "min_margin": 0.1, "max_pairs_per_task": 2},
         "collect": {"k": 4, "max_turns": 3, "max_new_tokens": 192, "sim_max_new_tokens": 48, "temperature": 0.7},
-        "critic": {"epochs": 2, "max_length": 1024, "batch_size": 1, "grad_accum": 2},
+        "critic": {"epochs": 1, "max_length": 1024, "batch_size": 1, "grad_accum": 2},
         # Candidates long enough to hold a whole function: cut-off candidates taught the micro actor prose.
-        "candidates": {"n": 6, "temperature": 0.7, "max_new_tokens": 192, "max_turns": 40},
+        "candidates": {"n": 6, "temperature": 0.7, "max_new_tokens": 192, "max_turns": 20},
         "actor": {"epochs": 2, "max_length": 1024, "batch_size": 1, "grad_accum": 2, "rft_min_reward": 0.5},
         "evaluate": {"max_turns": 3, "max_new_tokens": 192, "sim_max_new_tokens": 48, "temperature": 0.7,
-                     "n_samples": 3, "best_of_n": 4, "best_of_n_temperature": 0.7},
+                     "n_samples": 2, "best_of_n": 4, "best_of_n_temperature": 0.7},
     },
     # End-to-end tests: SmolLM2-135M, 3 tasks, 2 turns, a few tokens.
     "micro": {

@@ -102,17 +102,18 @@ def test_laptop_profile_runs_the_lite_tier_with_room_to_learn():
     tasks = load_tasks(cfg.tasks.source)
     assert cfg.experiment == "laptop" and cfg.tasks.source == "bundled:lite"
     assert cfg.tasks.n_train <= sum(t.split == "train" for t in tasks)
-    assert cfg.tasks.n_test == sum(t.split == "test" for t in tasks) == 50  # every held-out task
+    # 40 of the tier's 50 held-out tasks (the 90-minute budget; run F, README)
+    assert sum(t.split == "test" for t in tasks) == 50 and 40 <= cfg.tasks.n_test <= 50
     # several sampled trajectories per task (pairs need two rewards of one task) and per held-out task (paired test)
     assert cfg.collect.max_turns >= 3 and cfg.collect.k >= 4 and cfg.collect.temperature > 0
-    assert cfg.evaluate.n_samples >= 3 and cfg.evaluate.temperature == cfg.collect.temperature
+    assert cfg.evaluate.n_samples >= 2 and cfg.evaluate.temperature == cfg.collect.temperature
     assert cfg.engine.backend == "llamacpp"  # the CPU engine: the 90-minute budget is measured on it
     # the 0.5B critic base: the 135M ranked a run's held-out pairs at chance (0.474 vs 0.694)
     assert cfg.models.critic_base == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
     # candidates long enough to hold a whole answer (the micro diagnosis: cut-off candidates teach prose)
     assert cfg.candidates.max_new_tokens >= cfg.collect.max_new_tokens
-    # run E's two epochs of each (chosen on the validation file, README "Does it learn?")
-    assert cfg.critic.epochs == 2 and cfg.actor.epochs == 2
+    # run E's two actor epochs (chosen on the validation file, README "Does it learn?"); one critic epoch (budget)
+    assert cfg.critic.epochs >= 1 and cfg.actor.epochs == 2
     # one pair per forward, the defaults' global batch of 2 per optimiser step (faster on the CPU, the same update)
     for section in (cfg.critic, cfg.actor):
         assert (section.batch_size, section.grad_accum) == (1, 2)
