@@ -217,6 +217,11 @@ class EvaluateConfig(_Cfg):
     batch_episodes: int = Field(32, ge=1)
     n_samples: int = Field(1, ge=1, description="Episodes per test task (the released evaluation: 1, sampled at "
                            "1.0; more samples shrink the sampling noise of the table).")
+    diagnostic_samples: int = Field(0, ge=0, description="Methods that trained a critic: episodes per task for the "
+                                    "critic's best-of-N curve (N = 1, 2, 4, 8), drawn beyond `n_samples` and kept "
+                                    "out of the table; 0 or <= n_samples: the curve uses the table's episodes.")
+    diagnostic_tasks: int = Field(0, ge=0, description="The first this many held-out tasks get `diagnostic_samples` "
+                                  "episodes (0: every one).")
     best_of_n: int = Field(4, ge=2, description="method 'best_of_n': actions sampled per turn, the critic keeps the best.")
     best_of_n_temperature: float = Field(1.0, gt=0.0, description="method 'best_of_n': sampling temperature.")
     scoring: Literal["strict", "official"] = Field(

@@ -163,14 +163,15 @@ PROFILES: dict[str, dict[str, Any]] = {
     # (a validation file) E's actor beat D's by +5.7 [+0.7, +11.0] points. Timed from nothing with two critic epochs,
     # 40 candidate turns and 3 episodes on each of the 50 held-out tasks (run F, README), the profile took 166 min on
     # a 2-core AMX machine, most of it llama.cpp generation, which runs near that CPU's limits (~200 prompt and ~100
-    # generated tokens/s, batched). So, to fit 90 minutes (estimated from F's stage times): one critic epoch (F's
-    # critic ranked held-out pairs at chance after two), 20 candidate turns, and 2 episodes on each of 40 held-out tasks.
+    # generated tokens/s, batched). So: one critic epoch (F's critic ranked held-out pairs at chance after two) and 20
+    # candidate turns; with 2 episodes on each of 40 held-out tasks that took 51.5 min (run G), which leaves room
+    # for 3 episodes on all 50 and 8 on 12 of them for the critic's best-of-N curve (N = 1, 2, 4, 8; not in the table).
     # One pair per forward, two per optimiser step (the defaults' global batch of 2, the same update): on 2 cores a
     # step of 2 pairs padded to 923 tokens took 51 s, the same pairs one by one 18.5 s (README, CPU inference engine).
     "laptop": {
         "experiment": "laptop",
         "engine": {"backend": "llamacpp"},  # without llama-server (no `cpu-engine` extra) it falls back to hf, warned
-        "tasks": {"source": "bundled:lite", "n_train": 32, "n_test": 40},
+        "tasks": {"source": "bundled:lite", "n_train": 32, "n_test": 50},
         "pairs": {"rule": "margin", "min_margin": 0.1, "max_pairs_per_task": 2},
         "collect": {"k": 4, "max_turns": 3, "max_new_tokens": 192, "sim_max_new_tokens": 48, "temperature": 0.7},
         "critic": {"epochs": 1, "max_length": 1024, "batch_size": 1, "grad_accum": 2},
@@ -178,7 +179,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "candidates": {"n": 6, "temperature": 0.7, "max_new_tokens": 192, "max_turns": 20},
         "actor": {"epochs": 2, "max_length": 1024, "batch_size": 1, "grad_accum": 2, "rft_min_reward": 0.5},
         "evaluate": {"max_turns": 3, "max_new_tokens": 192, "sim_max_new_tokens": 48, "temperature": 0.7,
-                     "n_samples": 2, "best_of_n": 4, "best_of_n_temperature": 0.7},
+                     "n_samples": 3, "diagnostic_samples": 8, "diagnostic_tasks": 12,
+                     "best_of_n": 4, "best_of_n_temperature": 0.7},
     },
     # End-to-end tests: SmolLM2-135M, 3 tasks, 2 turns, a few tokens.
     "micro": {

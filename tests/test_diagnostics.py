@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
+from math import comb
 
 import pytest
 import torch
@@ -55,6 +56,15 @@ def test_pair_accuracy_and_best_of_n_with_a_perfect_a_reversed_and_a_blind_criti
     worst = D.best_of_n(groups, reversed_)
     assert worst[4]["critic"] == pytest.approx((0.0 + 0.2) / 2)
     assert worst[4]["critic"] < worst[1]["critic"] < worst[4]["oracle"]
+
+
+def test_best_of_n_uses_the_tasks_with_the_most_samples():
+    groups = {"a": _eps("a", [0.0, 1.0]), "b": _eps("b", [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0])}
+    scores = {e["traj_id"]: e["reward"] for eps in groups.values() for e in eps}
+    curve = D.best_of_n(groups, scores)
+    assert sorted(curve) == [1, 2, 4, 8] and all(v["tasks"] == 1 for v in curve.values())  # b alone
+    assert curve[1]["critic"] == pytest.approx(1 / 8) and curve[8]["critic"] == 1.0
+    assert curve[2]["critic"] == pytest.approx(1 - comb(7, 2) / comb(8, 2))  # P(the 1.0 is among 2 of 8)
 
 
 def test_upstream_follows_the_manifests_inputs(tmp_path):

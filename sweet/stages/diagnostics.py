@@ -1,11 +1,12 @@
 """Critic diagnostics on held-out episodes, written by the evaluate stage of every method that trained a critic.
 
 The critic never saw these tasks: its training pairs came from the train split. Two questions, both on the
-evaluated system's own held-out episodes (several per task: `evaluate.n_samples`):
+evaluated system's own held-out episodes (several per task: `evaluate.n_samples`, and up to
+`evaluate.diagnostic_samples` on the first `evaluate.diagnostic_tasks` tasks, drawn for the curve alone):
 - **held-out pair accuracy**: of every two episodes of one task whose rewards differ by at least `pairs.min_margin`,
   how often the critic scores the better one higher (ties count half; 0.5 is chance);
 - **best-of-N**: the expected reward when the critic picks one of N episodes drawn at random from a task's samples,
-  for N = 1, 2, 4, 8 (as far as the samples go, and N = all of them), beside a random pick (N = 1) and an oracle
+  for N = 1, 2, 4, 8 (as far as the samples go, and N = all of them; on the tasks with the most samples), beside a random pick (N = 1) and an oracle
   that knows the rewards.
   The critic reads the hidden reference c here as in training: this measures the critic, not a deployable agent.
 
@@ -78,16 +79,20 @@ def pair_accuracy(groups: dict[str, list[dict]], scores: dict[str, float], min_m
 
 
 def best_of_n(groups: dict[str, list[dict]], scores: dict[str, float]) -> dict:
-    """Mean over tasks of the expected reward of the critic's pick (and of an oracle's) among N random samples."""
-    m = min(len(eps) for eps in groups.values())
+    """Mean over tasks of the expected reward of the critic's pick (and of an oracle's) among N random samples.
+
+    On the tasks with the most samples (`evaluate.diagnostic_samples` draws more on a few), so every point of the
+    curve averages the same tasks; `tasks` says how many."""
+    m = max(len(eps) for eps in groups.values())
+    full = [eps for eps in groups.values() if len(eps) == m]
     curve = {}
     for n in sorted({n for n in BEST_OF if n <= m} | {m}):  # and N = every sample, when that is not a power of 2
         critic, oracle = [], []
-        for eps in groups.values():
+        for eps in full:
             by_score = sorted(eps, key=lambda e: (-scores.get(e["traj_id"], 0.0), e["sample_idx"]))
             critic.append(expected_pick([e["reward"] for e in by_score], n))
             oracle.append(expected_pick(sorted((e["reward"] for e in eps), reverse=True), n))
-        curve[n] = {"critic": sum(critic) / len(critic), "oracle": sum(oracle) / len(oracle)}
+        curve[n] = {"critic": sum(critic) / len(critic), "oracle": sum(oracle) / len(oracle), "tasks": len(full)}
     return curve
 
 
@@ -147,7 +152,9 @@ def markdown(report: dict) -> str:
                                                       if acc["accuracy"] is not None else "no pairs") +
              f" ({acc['pairs']} pairs from {acc['tasks']} tasks; 0.5 is chance).", ""]
     if curve:
-        lines += ["| N | critic's pick | oracle |", "|---|---|---|"]
+        tasks = next(iter(curve.values())).get("tasks")
+        lines += [f"Best-of-N on {tasks} held-out tasks with {max(curve)} samples each:" if tasks else "Best-of-N:", "",
+                  "| N | critic's pick | oracle |", "|---|---|---|"]
         lines += [f"| {n} | {v['critic']:.3f} | {v['oracle']:.3f} |" for n, v in sorted(curve.items())]
         lines += ["", "Mean reward of the critic's pick among N random held-out samples per task (N = 1: a random "
                   "pick); the critic reads the hidden reference, as in training."]

@@ -35,21 +35,28 @@ def run_systems(cfg, out: Path, tasks: list, systems: dict) -> list[dict]:
         models = _evaluate_system(cfg, out, tasks, name, system)
         if models:  # a llama-server or vLLM engine is released before the next system loads its own
             close_models(*models)
-    return [r for m in methods for r in sorted(Shards(out / "shards" / m).read_all(), key=lambda r: r["traj_id"])]
+    return [r for m in methods for r in _read(out / "shards" / m)]
 
 
-def _evaluate_system(cfg, out: Path, tasks: list, name: str, system) -> tuple | None:
-    """Roll out one system's missing episodes in every mode; returns its models (loaded once, on first need; closed
-    here if a rollout fails, else by the caller)."""
+def _read(shard_dir: Path) -> list[dict]:
+    return sorted(Shards(shard_dir).read_all(), key=lambda r: r["traj_id"])
+
+
+def _evaluate_system(cfg, out: Path, tasks: list, name: str, system, modes: list[str] | None = None,
+                     samples: range | None = None, tag: str = "") -> tuple | None:
+    """Roll out one system's missing episodes (samples `samples`, default the table's `evaluate.n_samples`) in every
+    mode of `modes`, into `shards/<name>/<mode><tag>`; returns its models (loaded once, on first need; closed here
+    if a rollout fails, else by the caller)."""
     e, fam = cfg.evaluate, family(cfg)
+    samples = samples if samples is not None else range(e.n_samples)
     models = None
     try:
-        for mode in e.modes:
-            method = f"{name}/{mode}"
+        for mode in modes or e.modes:
+            method = f"{name}/{mode}{tag}"
             shards = Shards(out / "shards" / method)
             todo = [fam.episode(t, i, e.max_turns, mode=mode, scoring=e.scoring, sim_view=cfg.backend.simulator_view,
                                 agent_view=cfg.agent_view)
-                    for t in tasks for i in range(e.n_samples) if not shards.done((t.task_id, i))]
+                    for t in tasks for i in samples if not shards.done((t.task_id, i))]
             if not todo:
                 continue
             models = models or (system() if callable(system) else
@@ -94,8 +101,24 @@ def evaluate(cfg, out: Path, tasks_dir: str, system_dir: str | None = None) -> d
     if critic_dir is not None and (critic_dir / "critic").is_dir():  # the method trained a critic: how good is it?
         mode = "multi_turn" if "multi_turn" in cfg.evaluate.modes else cfg.evaluate.modes[0]
         own = [r for r in rows if r["method"] == m and r["mode"] == mode]
+        own += diagnostic_episodes(cfg, out, tasks, m, systems[m], mode)
         metrics |= critic_diagnostics(cfg, out, own, critic_dir / "critic", run_id)
     return metrics
+
+
+def diagnostic_episodes(cfg, out: Path, tasks: list, name: str, system, mode: str) -> list[dict]:
+    """More episodes of the evaluated system for the critic's best-of-N curve: samples `n_samples` up to
+    `evaluate.diagnostic_samples` on the first `evaluate.diagnostic_tasks` held-out tasks. Kept apart from the
+    table's shards (`<mode>-diagnostic`), so the table and its paired comparison weigh every task alike."""
+    e = cfg.evaluate
+    if e.diagnostic_samples <= e.n_samples:
+        return []
+    some = tasks[:e.diagnostic_tasks] if e.diagnostic_tasks else tasks
+    models = _evaluate_system(cfg, out, some, name, system, modes=[mode],
+                              samples=range(e.n_samples, e.diagnostic_samples), tag="-diagnostic")
+    if models:
+        close_models(*models)
+    return _read(out / "shards" / f"{name}/{mode}-diagnostic")
 
 
 def agent_name(ref: str) -> str:
@@ -129,7 +152,7 @@ def evaluate_models(cfg, agents: list[str], *, actors: list[str] = (), split: st
         systems[name] = trained_actor(ref, adapter) if adapter else (ref, None)
     key = json.dumps({"systems": systems, "tasks": [t.task_id for t in tasks], "source": cfg.tasks.source,
                       "family": cfg.task_family, "frontend": cfg.frontend.model_dump(),
-                      "simulator": cfg.models.simulator, "evaluate": cfg.evaluate.model_dump(),
+                      "simulator": cfg.models.simulator, "evaluate": cfg.evaluate.model_dump(exclude={"diagnostic_samples", "diagnostic_tasks"}),  # unused here
                       # absent at its default, so folders evaluated before the setting existed are still found
                       **({"backend": cfg.backend.model_dump()} if cfg.backend != type(cfg.backend)() else {})},
                      sort_keys=True)
