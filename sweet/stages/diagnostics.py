@@ -6,8 +6,8 @@ evaluated system's own held-out episodes (several per task: `evaluate.n_samples`
 - **held-out pair accuracy**: of every two episodes of one task whose rewards differ by at least `pairs.min_margin`,
   how often the critic scores the better one higher (ties count half; 0.5 is chance);
 - **best-of-N**: the expected reward when the critic picks one of N episodes drawn at random from a task's samples,
-  for N = 1, 2, 4, 8 (as far as the samples go, and N = all of them; on the tasks with the most samples), beside a random pick (N = 1) and an oracle
-  that knows the rewards.
+  for N = 1, 2, 4, 8 (as far as the samples go, and N = all of them; on the tasks with the most samples), beside a
+  random pick (N = 1) and an oracle that knows the rewards.
   The critic reads the hidden reference c here as in training: this measures the critic, not a deployable agent.
 
 Only tasks whose episodes differ in reward are scored: on the others every pick has the same reward.

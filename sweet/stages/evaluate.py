@@ -152,7 +152,8 @@ def evaluate_models(cfg, agents: list[str], *, actors: list[str] = (), split: st
         systems[name] = trained_actor(ref, adapter) if adapter else (ref, None)
     key = json.dumps({"systems": systems, "tasks": [t.task_id for t in tasks], "source": cfg.tasks.source,
                       "family": cfg.task_family, "frontend": cfg.frontend.model_dump(),
-                      "simulator": cfg.models.simulator, "evaluate": cfg.evaluate.model_dump(exclude={"diagnostic_samples", "diagnostic_tasks"}),  # unused here
+                      "simulator": cfg.models.simulator,  # the diagnostic settings are unused here
+                      "evaluate": cfg.evaluate.model_dump(exclude={"diagnostic_samples", "diagnostic_tasks"}),
                       # absent at its default, so folders evaluated before the setting existed are still found
                       **({"backend": cfg.backend.model_dump()} if cfg.backend != type(cfg.backend)() else {})},
                      sort_keys=True)
