@@ -45,21 +45,30 @@ def test_evaluate_models_flow(tmp_path, openai_server, prefect_api):
 
 def test_diagnostic_episodes_add_samples_on_the_first_tasks_outside_the_table(tmp_path, openai_server):
     """The critic's best-of-N pool: samples n_samples.. diagnostic_samples-1 on the first diagnostic_tasks tasks, in
-    their own shards, so the table (and its paired comparison) still has n_samples episodes on every task."""
+    their own shards and in the table's model load, so the table (and its paired comparison) still has n_samples
+    episodes on every task."""
     from sweet.colbench.registry import family
-    from sweet.stages.evaluate import diagnostic_episodes, run_systems
+    from sweet.stages.collect import load_chat_models
+    from sweet.stages.evaluate import _read, diagnostic_episodes, run_systems
 
     openai_server.responder = lambda req: ANSWER
     sets = [f"artifacts_dir={tmp_path}", f"mlflow_uri=sqlite:///{tmp_path}/m.db", f"tasks.source={_tasks(tmp_path)}",
             f"api.base_url={openai_server.base_url}", "models.simulator=api:sim", 'evaluate.modes=["single_turn"]']
     cfg = load_config("micro", sets + ["evaluate.diagnostic_samples=3", "evaluate.diagnostic_tasks=1"])
     tasks = [t for t in family(cfg).load_pool(cfg) if t.split == "test"]
-    out, system = tmp_path / "eval", ("api:right", None)
+    out, loads = tmp_path / "eval", []
     out.mkdir()
-    table = run_systems(cfg, out, tasks, {"right": system})
+
+    def system():  # the real API client, counted: both passes must share one load (one server start, locally)
+        loads.append(1)
+        return load_chat_models(cfg, "api:right")
+
+    table = run_systems(cfg, out, tasks, {"right": system}, diagnose=("right", "single_turn"))
     assert sorted((r["task_id"], r["sample_idx"]) for r in table) == [("t0", 0), ("t1", 0)]
-    extra = diagnostic_episodes(cfg, out, tasks, "right", system, "single_turn")
+    assert len(loads) == 1
+    extra = _read(out / "shards" / "right/single_turn-diagnostic")
     assert sorted((r["task_id"], r["sample_idx"]) for r in extra) == [("t0", 1), ("t0", 2)]
     assert all(r["reward"] == 1.0 and r["method"] == "right" for r in extra)
-    assert len(run_systems(cfg, out, tasks, {"right": system})) == 2  # the table's episodes are untouched
-    assert diagnostic_episodes(load_config("micro", sets), out, tasks, "right", system, "single_turn") == []
+    assert len(run_systems(cfg, out, tasks, {"right": system}, diagnose=("right", "single_turn"))) == 2
+    assert len(loads) == 1  # everything was done: nothing loads again
+    assert diagnostic_episodes(load_config("micro", sets), out, tasks, "right", system, "single_turn") is None

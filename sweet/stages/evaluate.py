@@ -23,9 +23,10 @@ from sweet.stages.report import write_report
 from sweet.store import Shards
 
 
-def run_systems(cfg, out: Path, tasks: list, systems: dict) -> list[dict]:
+def run_systems(cfg, out: Path, tasks: list, systems: dict, diagnose: tuple[str, str] | None = None) -> list[dict]:
     """Evaluate each system (name -> (model ref, adapter), or a function returning (policy, simulator)) in each
-    configured mode on `tasks`, resumably.
+    configured mode on `tasks`, resumably. `diagnose` = (name, mode): that system also rolls out the critic
+    diagnostics' extra episodes (`diagnostic_episodes`) in the same model load.
 
     Rows carry `method` (the system's name) and `mode`; one shard per (method, mode, task, sample).
     """
@@ -33,6 +34,8 @@ def run_systems(cfg, out: Path, tasks: list, systems: dict) -> list[dict]:
     for name, system in systems.items():
         methods += [f"{name}/{mode}" for mode in cfg.evaluate.modes]
         models = _evaluate_system(cfg, out, tasks, name, system)
+        if diagnose and diagnose[0] == name:
+            models = diagnostic_episodes(cfg, out, tasks, name, system, diagnose[1], models)
         if models:  # a llama-server or vLLM engine is released before the next system loads its own
             close_models(*models)
     return [r for m in methods for r in _read(out / "shards" / m)]
@@ -43,13 +46,12 @@ def _read(shard_dir: Path) -> list[dict]:
 
 
 def _evaluate_system(cfg, out: Path, tasks: list, name: str, system, modes: list[str] | None = None,
-                     samples: range | None = None, tag: str = "") -> tuple | None:
+                     samples: range | None = None, tag: str = "", models: tuple | None = None) -> tuple | None:
     """Roll out one system's missing episodes (samples `samples`, default the table's `evaluate.n_samples`) in every
-    mode of `modes`, into `shards/<name>/<mode><tag>`; returns its models (loaded once, on first need; closed here
-    if a rollout fails, else by the caller)."""
+    mode of `modes`, into `shards/<name>/<mode><tag>`; returns its models (`models` if given, else loaded once on
+    first need; closed here if a rollout fails, else by the caller)."""
     e, fam = cfg.evaluate, family(cfg)
     samples = samples if samples is not None else range(e.n_samples)
-    models = None
     try:
         for mode in modes or e.modes:
             method = f"{name}/{mode}{tag}"
@@ -94,31 +96,31 @@ def evaluate(cfg, out: Path, tasks_dir: str, system_dir: str | None = None) -> d
         systems = {m: lambda: load_best_of_n(cfg, Path(system_dir) / "critic", tasks)}
     else:
         systems = {m: trained_actor(cfg.models.policy, Path(system_dir) / "actor")}
-    rows = run_systems(cfg, out, tasks, systems)
+    critic_dir = upstream(system_dir, "train_critic") if system_dir else None
+    trained_critic = critic_dir is not None and (critic_dir / "critic").is_dir()
+    mode = "multi_turn" if "multi_turn" in cfg.evaluate.modes else cfg.evaluate.modes[0]
+    rows = run_systems(cfg, out, tasks, systems, diagnose=(m, mode) if trained_critic else None)
     run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
     metrics = write_report(cfg, out, rows, run_id)
-    critic_dir = upstream(system_dir, "train_critic") if system_dir else None
-    if critic_dir is not None and (critic_dir / "critic").is_dir():  # the method trained a critic: how good is it?
-        mode = "multi_turn" if "multi_turn" in cfg.evaluate.modes else cfg.evaluate.modes[0]
+    if trained_critic:  # the method trained a critic: how good is it?
         own = [r for r in rows if r["method"] == m and r["mode"] == mode]
-        own += diagnostic_episodes(cfg, out, tasks, m, systems[m], mode)
+        own += _read(out / "shards" / f"{m}/{mode}-diagnostic")
         metrics |= critic_diagnostics(cfg, out, own, critic_dir / "critic", run_id)
     return metrics
 
 
-def diagnostic_episodes(cfg, out: Path, tasks: list, name: str, system, mode: str) -> list[dict]:
+def diagnostic_episodes(cfg, out: Path, tasks: list, name: str, system, mode: str,
+                        models: tuple | None = None) -> tuple | None:
     """More episodes of the evaluated system for the critic's best-of-N curve: samples `n_samples` up to
-    `evaluate.diagnostic_samples` on the first `evaluate.diagnostic_tasks` held-out tasks. Kept apart from the
-    table's shards (`<mode>-diagnostic`), so the table and its paired comparison weigh every task alike."""
+    `evaluate.diagnostic_samples` on the first `evaluate.diagnostic_tasks` held-out tasks, into
+    `shards/<name>/<mode>-diagnostic`. Kept apart from the table's shards, so the table and its paired comparison
+    weigh every task alike. Reuses `models` when given (the table's load); returns the models it used."""
     e = cfg.evaluate
     if e.diagnostic_samples <= e.n_samples:
-        return []
+        return models
     some = tasks[:e.diagnostic_tasks] if e.diagnostic_tasks else tasks
-    models = _evaluate_system(cfg, out, some, name, system, modes=[mode],
-                              samples=range(e.n_samples, e.diagnostic_samples), tag="-diagnostic")
-    if models:
-        close_models(*models)
-    return _read(out / "shards" / f"{name}/{mode}-diagnostic")
+    return _evaluate_system(cfg, out, some, name, system, modes=[mode],
+                            samples=range(e.n_samples, e.diagnostic_samples), tag="-diagnostic", models=models)
 
 
 def agent_name(ref: str) -> str:
