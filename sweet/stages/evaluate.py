@@ -23,6 +23,9 @@ from sweet.stages.report import write_report
 from sweet.store import Shards
 
 
+DIAGNOSTIC_TAG = "-diagnostic"  # shards/<name>/<mode>-diagnostic: the critic diagnostics' extra episodes
+
+
 def run_systems(cfg, out: Path, tasks: list, systems: dict, diagnose: tuple[str, str] | None = None) -> list[dict]:
     """Evaluate each system (name -> (model ref, adapter), or a function returning (policy, simulator)) in each
     configured mode on `tasks`, resumably. `diagnose` = (name, mode): that system also rolls out the critic
@@ -104,7 +107,7 @@ def evaluate(cfg, out: Path, tasks_dir: str, system_dir: str | None = None) -> d
     metrics = write_report(cfg, out, rows, run_id)
     if trained_critic:  # the method trained a critic: how good is it?
         own = [r for r in rows if r["method"] == m and r["mode"] == mode]
-        own += _read(out / "shards" / f"{m}/{mode}-diagnostic")
+        own += _read(out / "shards" / f"{m}/{mode}{DIAGNOSTIC_TAG}")
         metrics |= critic_diagnostics(cfg, out, own, critic_dir / "critic", run_id)
     return metrics
 
@@ -120,7 +123,7 @@ def diagnostic_episodes(cfg, out: Path, tasks: list, name: str, system, mode: st
         return models
     some = tasks[:e.diagnostic_tasks] if e.diagnostic_tasks else tasks
     return _evaluate_system(cfg, out, some, name, system, modes=[mode],
-                            samples=range(e.n_samples, e.diagnostic_samples), tag="-diagnostic", models=models)
+                            samples=range(e.n_samples, e.diagnostic_samples), tag=DIAGNOSTIC_TAG, models=models)
 
 
 def agent_name(ref: str) -> str:
