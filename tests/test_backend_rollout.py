@@ -43,6 +43,24 @@ def test_extract_answer():
     assert extract_answer("Sure! Here it is:\ndef f():\n    return 1\nHope it helps", True).startswith("def f():")
 
 
+def test_extract_answer_drops_prose_after_unfenced_code():
+    # The shape of 28 of 50 oracle answers on validation tasks: a right function, then an explanation or a stray fence.
+    text = ("I WANT TO ANSWER: def fee(days):\n    if days > 3:\n        return 5\n    else:\n        return 0\n\n"
+            "# Example usage:\nprint(fee(4))\n```\n\nThis function returns 5 if days is over 3.")
+    assert extract_answer(text, False) == ("def fee(days):\n    if days > 3:\n        return 5\n    else:\n"
+                                           "        return 0\n\n# Example usage:\nprint(fee(4))")
+    # The marker misspelt ("I" dropped), the code on the marker's line: found by its `def`.
+    assert extract_answer("WANT TO ANSWER: def f(x):\n    return x\nThat is all.", True) == "def f(x):\n    return x"
+    # A syntax error inside the function is not cut around: the answer stays broken (its own fault).
+    broken = "def f(x):\n    y = (x if x)\n    return y\nDone."
+    assert extract_answer(broken, True) == broken
+    # A `def` named in the prose before a fenced block: the fence holds the answer.
+    assert extract_answer("I WANT TO ANSWER: here is `def f(x)`:\n```python\ndef f(x):\n    return x\n```", False) \
+        == "def f(x):\n    return x"
+    # A question after the marker has no code to find and stays as it is (scored 0).
+    assert extract_answer("I WANT TO ANSWER: What is the rate?", False) == "What is the rate?"
+
+
 def test_lockstep_rollout_scores_in_sandbox():
     quick = Task("t2", "train", TASK.problem_description + " QUICK", TASK.ground_truth, TASK.test_cases)
     eps = [Episode(TASK, 0, 3), Episode(quick, 0, 3), Episode(TASK, 1, 3)]
