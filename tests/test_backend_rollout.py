@@ -57,6 +57,9 @@ def test_extract_answer_drops_prose_after_unfenced_code():
     # A `def` named in the prose before a fenced block: the fence holds the answer.
     assert extract_answer("I WANT TO ANSWER: here is `def f(x)`:\n```python\ndef f(x):\n    return x\n```", False) \
         == "def f(x):\n    return x"
+    # A lone import line before a fenced block: the fence holds the answer.
+    assert extract_answer("I WANT TO ANSWER:\nimport math\n```python\nimport math\ndef f(x):\n    return math.floor(x)\n```",
+                          True) == "import math\ndef f(x):\n    return math.floor(x)"
     # A question after the marker has no code to find and stays as it is (scored 0).
     assert extract_answer("I WANT TO ANSWER: What is the rate?", False) == "What is the rate?"
 

@@ -222,7 +222,8 @@ def extract_code(text: str) -> str:
     m = _CODE_START.search(before) or _DEF.search(before)
     if m:
         code = _drop_trailing_prose(before[m.start():].strip()).strip()
-        if before == text or _parses(code):  # else the `def` was prose naming the function: the fence holds the code
+        # Else the `def` was prose naming the function, or a lone import line came first: the fence holds the code.
+        if before == text or (_parses(code) and _DEF.search(code)):
             return code
     return strip_code_fences(text).strip()
 
