@@ -164,8 +164,10 @@ PROFILES: dict[str, dict[str, Any]] = {
     # 40 candidate turns and 3 episodes on each of the 50 held-out tasks (run F, README), the profile took 166 min on
     # a 2-core AMX machine, most of it llama.cpp generation, which runs near that CPU's limits (~200 prompt and ~100
     # generated tokens/s, batched). So: one critic epoch (F's critic ranked held-out pairs at chance after two) and 20
-    # candidate turns; with 2 episodes on each of 40 held-out tasks that took 51.5 min (run G), which leaves room
-    # for 3 episodes on all 50 and 8 on 12 of them for the critic's best-of-N curve (N = 1, 2, 4, 8; not in the table).
+    # candidate turns; with 2 episodes on each of 40 held-out tasks that took 51.5 min (run G). 3 episodes on all 50
+    # and 8 on 12 of them for the curve took 81 min (run H) and 98 min (run I, same code path, a slower day), so the
+    # evaluation is 2 episodes on each of the 50 held-out tasks and 8 on 8 of them for the critic's best-of-N curve
+    # (N = 1, 2, 4, 8; not in the table): about 17 min less than I's, by I's stage times.
     # One pair per forward, two per optimiser step (the defaults' global batch of 2, the same update): on 2 cores a
     # step of 2 pairs padded to 923 tokens took 51 s, the same pairs one by one 18.5 s (README, CPU inference engine).
     "laptop": {
@@ -179,7 +181,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "candidates": {"n": 6, "temperature": 0.7, "max_new_tokens": 192, "max_turns": 20},
         "actor": {"epochs": 2, "max_length": 1024, "batch_size": 1, "grad_accum": 2, "rft_min_reward": 0.5},
         "evaluate": {"max_turns": 3, "max_new_tokens": 192, "sim_max_new_tokens": 48, "temperature": 0.7,
-                     "n_samples": 3, "diagnostic_samples": 8, "diagnostic_tasks": 12,
+                     "n_samples": 2, "diagnostic_samples": 8, "diagnostic_tasks": 8,
                      "best_of_n": 4, "best_of_n_temperature": 0.7},
     },
     # End-to-end tests: SmolLM2-135M, 3 tasks, 2 turns, a few tokens.
