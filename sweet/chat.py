@@ -27,3 +27,18 @@ class GenerationFailure(str):
 def prompt_length(messages: list[dict]) -> int:
     """How many of a dialogue's messages open it (an optional system message, then the task's user message)."""
     return 2 if messages and messages[0]["role"] == "system" else 1
+
+
+def prefill_of(conversation: list[dict]) -> str | None:
+    """The start of the reply when a conversation ends with an assistant message (the backend continues that
+    message, a "prefill"), else None."""
+    return conversation[-1]["content"] if conversation and conversation[-1]["role"] == "assistant" else None
+
+
+def whole_reply(conversation: list[dict], completion: str) -> str:
+    """A completion as the whole assistant message: a continued conversation's prefill plus what was generated
+    (servers that echo the prefill, as llama-server does, are not doubled). Failures stay failures."""
+    prefill = prefill_of(conversation)
+    if prefill is None or isinstance(completion, GenerationFailure) or completion.startswith(prefill):
+        return completion
+    return prefill + completion

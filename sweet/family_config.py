@@ -19,6 +19,11 @@ class BackendConfig(_Cfg):
         "chat", description="'chat' (CPU default): the dialogue as chat turns, roles swapped. 'transcript' (paper "
         "profiles): one user message holding the whole dialogue, as the released environment shows it. The system "
         "message holds the instructions and the hidden code either way (README, Fidelity).")
+    answer_prefill: bool = Field(
+        False, description="Begin the agent's last-turn reply with 'I WANT TO ANSWER:' and a ```python fence, and let "
+        "the model continue it (every engine continues a final assistant message), so a dialogue that asked still "
+        "ends with code. Applies to collection, candidates and evaluation alike (zero-shot included); off in the "
+        "paper profiles, whose protocol has no such help.")
 
 
 class FrontendConfig(_Cfg):

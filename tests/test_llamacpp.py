@@ -337,3 +337,28 @@ def test_server_dies_with_its_parent(tiny_gguf):
         time.sleep(0.1)
     assert _server_pids(tiny_gguf) == []
     Path(log_path).unlink(missing_ok=True)  # nobody closed that server: its log stayed
+
+
+@needs_server
+def test_a_begun_assistant_message_is_continued_by_the_server_and_by_transformers(tiny_gguf, tiny_folder):
+    """backend.answer_prefill's engines: llama-server continues a final assistant message (it echoes the begun text,
+    with the continue flags vLLM takes), and transformers renders it open, without an end of turn."""
+    from sweet.agents.hf import ChatLM
+
+    begun = CONV + [{"role": "assistant", "content": "I WANT TO ANSWER:\n```python\n"}]
+    server = ls.LlamaServer(tiny_gguf, parallel=2, ctx_per_slot=512, threads=1)
+    try:
+        server.start()
+        body = {"messages": begun, "max_tokens": 6, "temperature": 0.0,
+                "continue_final_message": True, "add_generation_prompt": False}
+        raw = httpx.post(f"{server.base_url}/chat/completions", json=body, trust_env=False, timeout=60).json()
+        assert raw["choices"][0]["message"]["content"].startswith(begun[-1]["content"])
+        with ChatAPI("tiny", server.base_url, api_key="none", concurrency=2) as api:
+            out = api.generate([begun, CONV], 6, temperature=0.0)
+        assert out[0].startswith(begun[-1]["content"]) and out[0].count("I WANT TO ANSWER:") == 1
+    finally:
+        server.close()
+    lm = ChatLM.load(str(tiny_folder), device="cpu")
+    text = lm.prompt_text(begun)
+    assert text.endswith("```python\n") and text.count("<|im_end|>") == 2  # system and user closed, the answer open
+    assert lm.generate([begun], 4)[0].startswith(begun[-1]["content"])

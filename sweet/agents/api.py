@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from sweet.chat import GenerationFailure
+from sweet.chat import GenerationFailure, prefill_of, whole_reply
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +190,8 @@ class ChatAPI:
                 want = n - len(out) if self.max_n is None else min(n - len(out), self.max_n)
                 body = {**self.extra_body, "model": self.model, "messages": conversation,
                         "max_tokens": int(max_tokens), "temperature": float(temperature), "n": want}
+                if prefill_of(conversation) is not None:  # continue the last message (vLLM's flags; llama-server
+                    body.update(continue_final_message=True, add_generation_prompt=False)  # prefills it anyway)
                 if seed is not None:
                     body["seed"] = int(seed) + len(out)
                 got = self._post(body)
@@ -197,7 +199,7 @@ class ChatAPI:
                     return out + [got] * (n - len(out))
                 if not got:
                     return out + [self._fail("response had no choices", 1)] * (n - len(out))
-                out.extend(got[:n - len(out)])
+                out.extend(whole_reply(conversation, t) for t in got[:n - len(out)])
             return out
         except Exception as e:  # never raise for one request; the type name carries no secret, a message might
             return out + [self._fail(f"client error ({type(e).__name__})", 1)] * (n - len(out))

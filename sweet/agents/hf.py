@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from sweet import models
+from sweet.chat import prefill_of, whole_reply
 
 
 class ChatLM:
@@ -29,7 +30,10 @@ class ChatLM:
         return cls(model, tokenizer, device, batch_size, name=str(adapter or ref))
 
     def prompt_text(self, conversation: list[dict]) -> str:
-        return self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+        # A conversation ending with an assistant message is continued (the prefill), not answered anew.
+        cont = prefill_of(conversation) is not None
+        return self.tokenizer.apply_chat_template(conversation, add_generation_prompt=not cont,
+                                                  continue_final_message=cont, tokenize=False)
 
     @torch.inference_mode()
     def generate(self, conversations: list[list[dict]], max_new_tokens: int, temperature: float = 0.0,
@@ -55,7 +59,8 @@ class ChatLM:
             new = gen[:, enc["input_ids"].shape[1]:]
             decoded = self.tokenizer.batch_decode(new, skip_special_tokens=True)
             for j, i in enumerate(idx):
-                out[i] = [d.strip() for d in decoded[j * num_return_sequences:(j + 1) * num_return_sequences]]
+                out[i] = [whole_reply(conversations[i], d.rstrip() if prefill_of(conversations[i]) else d.strip())
+                          for d in decoded[j * num_return_sequences:(j + 1) * num_return_sequences]]
         return [s for group in out for s in group]
 
     def _stop_ids(self) -> list[int]:

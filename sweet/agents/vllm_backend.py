@@ -32,6 +32,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from sweet.chat import prefill_of, whole_reply
+
 GPU_HINT = "engine.backend=vllm needs vLLM, which is not installed: pip install -e '.[gpu]' (GPU machines only)"
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
@@ -206,7 +208,10 @@ class VLLMChat:
                    adapter=adapter, batch_size=batch_size, name=str(adapter or ref))
 
     def prompt_text(self, conversation: list[dict]) -> str:
-        return self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+        # A conversation ending with an assistant message is continued (the prefill), not answered anew.
+        cont = prefill_of(conversation) is not None
+        return self.tokenizer.apply_chat_template(conversation, add_generation_prompt=not cont,
+                                                  continue_final_message=cont, tokenize=False)
 
     def _ids(self, text: str) -> list[int]:
         # The chat template already holds BOS; vLLM's own tokenization would add a second one.
@@ -231,9 +236,9 @@ class VLLMChat:
         results = self._engine.run("generate", prompts, params, self._lora(self.adapter))
         self.generate_seconds += time.perf_counter() - start
         out: list[str] = []
-        for texts, n_tokens in results:
+        for conv, (texts, n_tokens) in zip(conversations, results):
             self.generated_tokens += n_tokens  # decoded tokens only (greedy repeats are copies)
-            texts = [t.strip() for t in texts]
+            texts = [whole_reply(conv, t.rstrip() if prefill_of(conv) else t.strip()) for t in texts]
             out.extend(texts * n if greedy else texts)
         return out
 

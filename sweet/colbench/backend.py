@@ -71,6 +71,11 @@ SIM_TRANSCRIPT = (
 # with a bodiless answer (`I WANT TO ANSWER: def f(x):`, scripts/dialogue_failures.py).
 LAST_TURN_NOTE = (f"\n\n(This is your last turn: write the line {ANSWER_MARK} and then the whole function, its body "
                   "included, in a ```python block.)")
+# `backend.answer_prefill`: the last turn's reply is begun for the agent (the backend continues this text), so an
+# episode that asked still ends with code. On run J's 128 collected laptop episodes, 48 of the 67 that asked ended
+# without code that parses (the 0.5B agent echoed the simulator or asked again where it had to answer), so asking
+# scored half of answering at once (0.049 vs 0.100) and every stage learned not to ask.
+ANSWER_PREFILL = f"{ANSWER_MARK}\n```python\n"
 
 # The paper's single-turn rows: the same task, but the agent cannot ask; its first response is the answer.
 SINGLE_TURN_PROMPT = (
@@ -122,10 +127,12 @@ class Episode:
     answer_text: str | None = None  # the answer as the released environment keeps it (scored under "official")
     sim_view: str = "chat"  # how `simulator_view` lays the dialogue out (`backend.simulator_view`, SIM_VIEWS)
     agent_view: str = "user"  # where the agent's instructions go (`agent_view`, AGENT_VIEWS; see `opening`)
+    prefill: bool = False  # begin the last turn's reply with PREFILL (`backend.answer_prefill`; multi-turn only)
     # The family's prompts (class attributes, not fields): the frontend episode swaps these.
     PROMPT: ClassVar[str] = AGENT_PROMPT
     SINGLE_PROMPT: ClassVar[str] = SINGLE_TURN_PROMPT
     LAST_NOTE: ClassVar[str] = LAST_TURN_NOTE
+    PREFILL: ClassVar[str] = ANSWER_PREFILL
     SCORED_BY_TESTS: ClassVar[bool] = True
 
     def __post_init__(self):
@@ -159,6 +166,12 @@ class Episode:
     @property
     def n_turns(self) -> int:
         return sum(m["role"] == "assistant" for m in self.messages)
+
+    def agent_prompt(self, final: bool) -> list[dict]:
+        """What the agent continues this turn: the dialogue, plus the begun answer on a prefilled last turn."""
+        if final and self.prefill and self.mode == "multi_turn":
+            return self.messages + [{"role": "assistant", "content": self.PREFILL}]
+        return self.messages
 
     def simulator_view(self) -> list[dict]:
         """What the simulator reads: a system message with its instructions, the task and the hidden code, then the
@@ -308,7 +321,8 @@ def rollout(episodes: list[Episode], policy, simulator, *, max_new_tokens: int, 
     while live:
         bar.set_postfix_str(f"turn {turn + 1}, {len(live)} live")
         final = [e.n_turns + 1 >= e.max_turns for e in live]
-        actions = policy.generate([e.messages for e in live], max_new_tokens, temperature, seed=seed + turn)
+        actions = policy.generate([e.agent_prompt(last) for e, last in zip(live, final)], max_new_tokens, temperature,
+                                  seed=seed + turn)
         finished = []
         for e, action, last in zip(live, actions, final):
             if generation_failed(e, "agent", action):

@@ -36,12 +36,13 @@ class Family:
         return [self.task_from_row(r) for r in read_rows(Path(tasks_dir) / "tasks.parquet") if r["split"] == split]
 
     def episode(self, task, sample_idx: int, max_turns: int, mode: str = "multi_turn", scoring: str = "strict",
-                sim_view: str = "chat", agent_view: str = "user"):
+                sim_view: str = "chat", agent_view: str = "user", prefill: bool = False):
         """`scoring`: the sandbox's rules (`evaluate.scoring`); `sim_view`: how the simulator sees the dialogue
         (`backend.simulator_view`); `agent_view`: where the agent's instructions go (`agent_view`). A family without
-        tests ignores the first, one whose simulator reads no dialogue (frontend: it compares pages) the second."""
+        tests ignores the first, one whose simulator reads no dialogue (frontend: it compares pages) the second.
+        `prefill`: begin the last turn's answer for the agent (`backend.answer_prefill`; the backend family only)."""
         return self.episode_cls(task, sample_idx, max_turns, mode=mode, scoring=scoring, sim_view=sim_view,
-                                agent_view=agent_view)
+                                agent_view=agent_view, prefill=prefill)
 
     def rollout(self, episodes: list, policy, simulator, **kw) -> list:
         return self.rollout_fn(episodes, policy, simulator, **kw)

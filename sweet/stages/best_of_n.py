@@ -31,6 +31,8 @@ class BestOfN:
         out = []
         for i, conv in enumerate(conversations):
             cands = samples[i * self.n:(i + 1) * self.n]
+            if conv[-1]["role"] == "assistant":  # a begun answer (answer_prefill): each candidate holds it whole
+                conv = conv[:-1]
             scores = score_any(self.critic, conv, cands, self.info[task_message(conv)], **self.flags)
             out.append(cands[max(range(len(cands)), key=lambda j: scores[j])])
         return out

@@ -32,6 +32,17 @@ def offline_turns(trajs: list[dict], fraction: float, cap: int, seed: int) -> li
     return sorted(rng.sample(turns, n), key=lambda r: r["turn_id"])
 
 
+def agent_prompt(history: list[dict], cfg) -> list[dict]:
+    """What the policy continues for a turn's candidates: as in the rollout, a last turn (the history ends with the
+    last-turn note) is begun for it when `backend.answer_prefill` is on, so candidates and episodes match."""
+    from sweet.colbench.backend import Episode
+
+    if cfg.task_family == "backend" and cfg.backend.answer_prefill and history \
+            and history[-1]["content"].endswith(Episode.LAST_NOTE):
+        return history + [{"role": "assistant", "content": Episode.PREFILL}]
+    return history
+
+
 def critic_flags(cfg) -> dict:
     """How the configured critic scores an action (shared by candidate ranking and best-of-N)."""
     # The released code's ranking does not condition the reference term on c.
@@ -64,7 +75,7 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
             with progress.Bar(len(todo), "candidates", "turn") as bar:  # counts turns, not generate calls
                 for s in range(0, len(todo), group):
                     chunk = todo[s:s + group]
-                    samples = policy.generate([t["history"] for t in chunk], c.max_new_tokens, c.temperature,
+                    samples = policy.generate([agent_prompt(t["history"], cfg) for t in chunk], c.max_new_tokens, c.temperature,
                                               seed=c.seed + s, num_return_sequences=c.n)
                     for j, t in enumerate(chunk):
                         cands = samples[j * c.n:(j + 1) * c.n]

@@ -84,7 +84,7 @@ def pending_episodes(cfg, out: Path, tasks_dir: str, shard: int = 0, n_shards: i
     c, fam = cfg.collect, family(cfg)
     shards = Shards(Path(out) / "shards")
     return [fam.episode(t, i, c.max_turns, scoring=cfg.evaluate.scoring, sim_view=cfg.backend.simulator_view,
-                        agent_view=cfg.agent_view)
+                        agent_view=cfg.agent_view, prefill=cfg.backend.answer_prefill)
             for t in shard_tasks(fam.read_tasks(tasks_dir, "train"), shard, n_shards)
             for i in range(c.k) if not shards.done((t.task_id, i))]
 

@@ -60,7 +60,7 @@ def _evaluate_system(cfg, out: Path, tasks: list, name: str, system, modes: list
             method = f"{name}/{mode}{tag}"
             shards = Shards(out / "shards" / method)
             todo = [fam.episode(t, i, e.max_turns, mode=mode, scoring=e.scoring, sim_view=cfg.backend.simulator_view,
-                                agent_view=cfg.agent_view)
+                                agent_view=cfg.agent_view, prefill=cfg.backend.answer_prefill)
                     for t in tasks for i in samples if not shards.done((t.task_id, i))]
             if not todo:
                 continue
