@@ -35,6 +35,14 @@ def prefill_of(conversation: list[dict]) -> str | None:
     return conversation[-1]["content"] if conversation and conversation[-1]["role"] == "assistant" else None
 
 
+def template_options(conversation: list[dict]) -> dict:
+    """`apply_chat_template` keywords: continue a begun assistant message, else open a new one. Only the
+    keyword that applies is passed, so older tokenizers without `continue_final_message` still work."""
+    if prefill_of(conversation) is not None:
+        return {"continue_final_message": True, "add_generation_prompt": False}
+    return {"add_generation_prompt": True}
+
+
 def whole_reply(conversation: list[dict], completion: str) -> str:
     """A completion as the whole assistant message: a continued conversation's prefill plus what was generated
     (servers that echo the prefill, as llama-server does, are not doubled). Failures stay failures."""

@@ -74,8 +74,12 @@ class CharTokenizer:
     """One token per character; BOS (1) only when special tokens are added; EOS 3, <|im_end|> 2."""
     eos_token_id, unk_token_id = 3, 0
 
-    def apply_chat_template(self, conversation, add_generation_prompt=True, tokenize=False):
-        return "".join(f"<{m['role']}>{m['content']}" for m in conversation) + "<assistant>"
+    def apply_chat_template(self, conversation, add_generation_prompt=False, tokenize=False,
+                            continue_final_message=False):
+        # transformers' keywords: continue_final_message leaves the last (assistant) message open.
+        assert not (add_generation_prompt and continue_final_message)
+        return "".join(f"<{m['role']}>{m['content']}" for m in conversation) + (
+            "<assistant>" if add_generation_prompt else "")
 
     def __call__(self, text, add_special_tokens=True):
         return {"input_ids": ([1] if add_special_tokens else []) + [ord(c) for c in text]}
@@ -129,6 +133,16 @@ def test_samples_come_back_in_input_order_n_per_conversation(fake_vllm):
                                                                            (3, 1.0, 5, 17)]
     assert params[0].stop_token_ids == [2, 3] and lora is None
     assert lm.generated_tokens == 9 * 5
+
+
+def test_a_begun_assistant_message_is_continued_and_returned_whole(fake_vllm):
+    # The answer prefill: the prompt ends inside the assistant's message and the reply starts with it.
+    lm = chat()
+    begun = conv("q") + [{"role": "assistant", "content": "I WANT TO ANSWER:"}]
+    assert lm.prompt_text(begun).endswith("<assistant>I WANT TO ANSWER:")
+    assert lm.prompt_text(conv("q")).endswith("<user>q<assistant>")
+    (reply,) = lm.generate([begun], max_new_tokens=4)
+    assert reply.startswith("I WANT TO ANSWER:") and reply.endswith("q:greedy")
 
 
 def test_identical_conversations_draw_different_samples(fake_vllm):

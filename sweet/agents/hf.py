@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from sweet import models
-from sweet.chat import prefill_of, whole_reply
+from sweet.chat import prefill_of, template_options, whole_reply
 
 
 class ChatLM:
@@ -31,9 +31,7 @@ class ChatLM:
 
     def prompt_text(self, conversation: list[dict]) -> str:
         # A conversation ending with an assistant message is continued (the prefill), not answered anew.
-        cont = prefill_of(conversation) is not None
-        return self.tokenizer.apply_chat_template(conversation, add_generation_prompt=not cont,
-                                                  continue_final_message=cont, tokenize=False)
+        return self.tokenizer.apply_chat_template(conversation, tokenize=False, **template_options(conversation))
 
     @torch.inference_mode()
     def generate(self, conversations: list[list[dict]], max_new_tokens: int, temperature: float = 0.0,

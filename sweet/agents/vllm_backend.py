@@ -32,7 +32,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from sweet.chat import prefill_of, whole_reply
+from sweet.chat import prefill_of, template_options, whole_reply
 
 GPU_HINT = "engine.backend=vllm needs vLLM, which is not installed: pip install -e '.[gpu]' (GPU machines only)"
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
@@ -209,9 +209,7 @@ class VLLMChat:
 
     def prompt_text(self, conversation: list[dict]) -> str:
         # A conversation ending with an assistant message is continued (the prefill), not answered anew.
-        cont = prefill_of(conversation) is not None
-        return self.tokenizer.apply_chat_template(conversation, add_generation_prompt=not cont,
-                                                  continue_final_message=cont, tokenize=False)
+        return self.tokenizer.apply_chat_template(conversation, tokenize=False, **template_options(conversation))
 
     def _ids(self, text: str) -> list[int]:
         # The chat template already holds BOS; vLLM's own tokenization would add a second one.
