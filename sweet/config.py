@@ -163,6 +163,10 @@ class CandidatesConfig(_Cfg):
     max_turns: int = Field(8, ge=1, description="Upper bound on turns sampled (keeps small profiles small).")
     pairs_per_turn: int = Field(1, ge=1, description="DPO pairs drawn per turn (top half vs bottom half).")
     batch_size: int = Field(32, ge=1, description="Sequences per batched generate call (turns x n).")
+    unmarked_code: Literal["keep", "rank_last"] = Field(
+        "keep", description="backend, turns before the last: a candidate holding a function definition without the "
+        "answer marker (read as a question, though it asks for nothing). 'keep': ranked by its critic score (the "
+        "paper); 'rank_last': below every other candidate of its turn, so a DPO pair may reject it, never choose it.")
     seed: int = 0
 
 

@@ -244,6 +244,44 @@ def test_select_pairs_deterministic_and_ordered():
     assert len(A.select_pairs(scored, 100, random.Random(0))) == 16  # 4 top x 4 bottom
 
 
+def test_a_never_chosen_candidate_may_be_rejected_but_never_chosen():
+    # c2 and c7 carry the two best scores; the rule ranks them below everything, so only the other six compete
+    scored = [{"candidate": f"c{i}", "score": s} for i, s in enumerate([0.3, -1.0, 2.0, 0.1, 0.9, -0.2, 0.3, 5.0])]
+    rule = lambda d: d["candidate"] in ("c2", "c7")
+    pairs = A.select_pairs(scored, 100, random.Random(0), never_chosen=rule)
+    assert {c["candidate"] for c, _ in pairs} == {"c4", "c0", "c6", "c3"}  # the best four of the rest
+    assert {r["candidate"] for _, r in pairs} == {"c2", "c7", "c1", "c5"}  # the demoted two are in the bottom half
+    # all demoted: no pair can be chosen, so none is made
+    assert A.select_pairs(scored, 100, random.Random(0), never_chosen=lambda d: True) == []
+    # no rule: the paper's ranking, unchanged
+    assert A.select_pairs(scored, 3, random.Random(7), never_chosen=None) == A.select_pairs(scored, 3, random.Random(7))
+
+
+def test_unmarked_code_is_a_function_without_the_answer_marker():
+    from sweet.colbench.backend import ANSWER_MARK
+
+    code = "```python\ndef fine(days):\n    return min(5, 0.25 * days)\n```"
+    assert A.unmarked_code("Clarifying Question: how should fines work?\nFinal Answer:\n" + code)
+    assert not A.unmarked_code(f"{ANSWER_MARK}\n{code}")
+    assert not A.unmarked_code(f"{ANSWER_MARK.lower()}\n{code}")  # the environment reads the marker in any case
+    assert not A.unmarked_code("What is the fine per day, and is there a cap?")
+    assert not A.unmarked_code("Should I define the cap as a constant?")  # 'define' in prose is not a def
+
+
+def test_the_unmarked_code_rule_applies_only_before_a_backend_episodes_last_turn():
+    from sweet.colbench.backend import Episode
+    from sweet.config import load_config
+    from sweet.stages.candidates import never_chosen
+
+    early = [{"role": "user", "content": "Write fine(days)."}]
+    last = [{"role": "user", "content": "It is 0.25 a day." + Episode.LAST_NOTE}]
+    cfg = load_config("micro", ["candidates.unmarked_code=rank_last"])
+    rule = never_chosen(early, cfg)
+    assert rule({"candidate": "def fine(d):\n    return d"}) and not rule({"candidate": "What is the rate?"})
+    assert never_chosen(last, cfg) is None  # the last turn's answer is scored as it is
+    assert never_chosen(early, load_config("micro", [])) is None  # off by default: the paper's ranking
+
+
 def hand_completion_logps(model, tok, prompt: list[dict], completion: str) -> list[float]:
     """log p of each token of `completion` after `prompt`, from one plain forward: the completion is the assistant
     message as the chat template renders it after the prompt's generation header (what TRL's DPO trains on)."""

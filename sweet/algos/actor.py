@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import torch
@@ -19,24 +20,38 @@ from sweet.algos.dialogue import encode_all, fit_dialogue, mask_from_lengths, pa
 from sweet.algos.losses import dpo_loss, sequence_nll_loss, trajectory_logps
 from sweet.algos.training import (LossTrainer, checkpoint_dir, local_model_path, lora_config, run_training,
                                   trainable_model, training_kwargs)
+from sweet.colbench.backend import ANSWER_MARK
 from sweet.config import ActorConfig
 
 DONE_FILE = "actor_config.json"  # written last into `out_dir/actor` (by every actor method): the output is complete
 
 
-def select_pairs(scored: list[dict], k: int, rng: random.Random) -> list[tuple[dict, dict]]:
+def select_pairs(scored: list[dict], k: int, rng: random.Random, never_chosen=None) -> list[tuple[dict, dict]]:
     """Paper Sec. 4.2: chosen = a random candidate of the top 50% by critic score, rejected = one of the bottom 50%.
 
     Returns up to `k` distinct (chosen, rejected) pairs of the input dicts; deterministic given `rng`'s state.
-    Pairs of identical text are skipped (no DPO signal).
+    Pairs of identical text are skipped (no DPO signal). `never_chosen(d)` true (a project rule, off by default:
+    `candidates.unmarked_code`) ranks `d` below every other candidate: it may be rejected, never chosen.
     """
-    ranked = sorted(scored, key=lambda d: -d["score"])  # stable: ties keep input order, so the result is reproducible
+    demoted = (lambda d: bool(never_chosen(d))) if never_chosen else (lambda d: False)
+    # stable: ties keep input order, so the result is reproducible
+    ranked = sorted(scored, key=lambda d: (demoted(d), -d["score"]))
     half = len(ranked) // 2
     if half == 0:
         return []
-    top, bottom = ranked[:half], ranked[-half:]
+    top, bottom = [d for d in ranked[:half] if not demoted(d)], ranked[-half:]
     combos = [(c, r) for c in top for r in bottom if c["candidate"] != r["candidate"]]
     return rng.sample(combos, min(k, len(combos)))
+
+
+_FUNCTION_DEF = re.compile(r"^\s*def\s+\w+\s*\(", re.M)
+
+
+def unmarked_code(candidate: str) -> bool:
+    """A message holding a function definition without the answer marker. Before the last turn the backend
+    environment reads it as a question (the dialogue goes on), though it asks for nothing: run K2's actor learned
+    this form from critic-ranked pairs (a question's form over a whole function; README, *Run K2*)."""
+    return bool(_FUNCTION_DEF.search(candidate)) and ANSWER_MARK.lower() not in candidate.lower()
 
 
 def fit_prompt(tokenizer, prompt: list[dict], chosen: str, rejected: str, max_length: int) -> list[dict]:

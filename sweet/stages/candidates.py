@@ -32,15 +32,29 @@ def offline_turns(trajs: list[dict], fraction: float, cap: int, seed: int) -> li
     return sorted(rng.sample(turns, n), key=lambda r: r["turn_id"])
 
 
-def agent_prompt(history: list[dict], cfg) -> list[dict]:
-    """What the policy continues for a turn's candidates: as in the rollout, a last turn (the history ends with the
-    last-turn note) is begun for it when `backend.answer_prefill` is on, so candidates and episodes match."""
+def last_backend_turn(history: list[dict], cfg) -> bool:
+    """A backend episode's last turn: the environment ends the history with its last-turn note."""
     from sweet.colbench.backend import Episode
 
-    if cfg.task_family == "backend" and cfg.backend.answer_prefill and history \
-            and history[-1]["content"].endswith(Episode.LAST_NOTE):
+    return cfg.task_family == "backend" and bool(history) and history[-1]["content"].endswith(Episode.LAST_NOTE)
+
+
+def agent_prompt(history: list[dict], cfg) -> list[dict]:
+    """What the policy continues for a turn's candidates: as in the rollout, a last turn is begun for it when
+    `backend.answer_prefill` is on, so candidates and episodes match."""
+    from sweet.colbench.backend import Episode
+
+    if cfg.backend.answer_prefill and last_backend_turn(history, cfg):
         return history + [{"role": "assistant", "content": Episode.PREFILL}]
     return history
+
+
+def never_chosen(history: list[dict], cfg):
+    """`candidates.unmarked_code=rank_last`: before a backend episode's last turn, a candidate holding code without
+    the answer marker may be rejected, never chosen (None: every candidate ranks by its score, as in the paper)."""
+    if cfg.candidates.unmarked_code != "rank_last" or cfg.task_family != "backend" or last_backend_turn(history, cfg):
+        return None
+    return lambda d: sweet_actor.unmarked_code(d["candidate"])
 
 
 def critic_flags(cfg) -> dict:
@@ -94,10 +108,12 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
     by_turn: dict[str, list[dict]] = {}
     for r in rows:
         by_turn.setdefault(r["turn_id"], []).append(r)
-    dpo = []
+    dpo, demoted = [], 0
     for turn_id, group_rows in by_turn.items():
         scored = [{"candidate": r["text"], "score": r["score"]} for r in group_rows]
-        for chosen, rejected in sweet_actor.select_pairs(scored, c.pairs_per_turn, rng):
+        rule = never_chosen(loads(group_rows[0]["history"]), cfg)
+        demoted += sum(map(rule, scored)) if rule else 0
+        for chosen, rejected in sweet_actor.select_pairs(scored, c.pairs_per_turn, rng, never_chosen=rule):
             first = group_rows[0]
             dpo.append(asdict(DpoPair(turn_id=turn_id, task_id=first["task_id"], prompt=first["history"],
                                       chosen=chosen["candidate"], rejected=rejected["candidate"],
@@ -105,4 +121,4 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
     write_rows(dpo, out / "dpo_pairs.parquet")
     spread = [max(r["score"] for r in g) - min(r["score"] for r in g) for g in by_turn.values()]
     return {"turns": len(by_turn), "candidates": len(rows), "dpo_pairs": len(dpo),
-            "mean_score_spread": sum(spread) / len(spread) if spread else 0.0}
+            "mean_score_spread": sum(spread) / len(spread) if spread else 0.0, "never_chosen": demoted}
