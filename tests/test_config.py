@@ -102,13 +102,15 @@ def test_laptop_profile_runs_the_lite_tier_with_room_to_learn():
     tasks = load_tasks(cfg.tasks.source)
     assert cfg.experiment == "laptop" and cfg.tasks.source == "bundled:lite"
     assert cfg.tasks.n_train <= sum(t.split == "train" for t in tasks)
-    # every one of the tier's 50 held-out tasks, several episodes each (the paired comparison)
+    # every one of the tier's 50 held-out tasks (the paired comparison pairs them)
     assert sum(t.split == "test" for t in tasks) == 50 == cfg.tasks.n_test
     # several sampled trajectories per task (pairs need two rewards of one task) and per held-out task (paired test)
     assert cfg.collect.max_turns >= 3 and cfg.collect.k >= 4 and cfg.collect.temperature > 0
-    assert cfg.evaluate.n_samples >= 2 and cfg.evaluate.temperature == cfg.collect.temperature
+    assert cfg.evaluate.n_samples >= 1 and cfg.evaluate.temperature == cfg.collect.temperature
     # the critic's best-of-N curve reaches N = 8 on some held-out tasks
-    assert cfg.evaluate.diagnostic_samples >= 8 and cfg.evaluate.diagnostic_tasks >= 8
+    assert cfg.evaluate.diagnostic_samples >= 8 and cfg.evaluate.diagnostic_tasks >= 2
+    # run L's recipe: dialogues that ask end with code; unmarked code before the last turn is never chosen
+    assert cfg.backend.answer_prefill and cfg.candidates.unmarked_code == "rank_last"
     assert cfg.engine.backend == "llamacpp"  # the CPU engine: the 90-minute budget is measured on it
     # the 0.5B critic base: the 135M ranked a run's held-out pairs at chance (0.474 vs 0.694)
     assert cfg.models.critic_base == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
