@@ -166,7 +166,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     # generated tokens/s, batched). So: one critic epoch (F's critic ranked held-out pairs at chance after two) and 20
     # candidate turns; with 2 episodes on each of 40 held-out tasks that took 51.5 min (run G). 3 episodes on all 50
     # and 8 on 12 of them for the curve took 81 min (run H) and 98 min (run I, same code path, a slower day), so the
-    # evaluation is 2 episodes on each of the 50 held-out tasks and 8 on 8 of them for the critic's best-of-N curve
+    # evaluation was 2 episodes on each of the 50 held-out tasks and 8 on 8 of them for the critic's best-of-N curve
     # (N = 1, 2, 4, 8; not in the table): about 17 min less than I's, by I's stage times.
     # Since run M (README, "Does it learn?"): run L's recipe. The last-turn reply begun with the answer marker and a
     # code fence (backend.answer_prefill), so a dialogue that asked still ends with code: in run K2's collection the
