@@ -167,6 +167,10 @@ class CandidatesConfig(_Cfg):
         "keep", description="backend, turns before the last: a candidate holding a function definition without the "
         "answer marker (read as a question, though it asks for nothing). 'keep': ranked by its critic score (the "
         "paper); 'rank_last': below every other candidate of its turn, so a DPO pair may reject it, never choose it.")
+    unparsed_answer: Literal["keep", "rank_last"] = Field(
+        "keep", description="backend, turns before the last: a candidate with the answer marker whose answer is not a "
+        "function that parses (a question or prose after the marker: the episode ends and scores 0). 'keep': ranked by "
+        "its critic score (the paper); 'rank_last': below every other candidate of its turn, never chosen.")
     seed: int = 0
 
 

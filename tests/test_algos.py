@@ -268,6 +268,21 @@ def test_unmarked_code_is_a_function_without_the_answer_marker():
     assert not A.unmarked_code("Should I define the cap as a constant?")  # 'define' in prose is not a def
 
 
+def test_unparsed_answer_is_the_marker_without_a_function_that_parses():
+    from sweet.colbench.backend import ANSWER_MARK
+
+    code = "```python\ndef fine(days):\n    return min(5, 0.25 * days)\n```"
+    # run M's actor: the marker in front of a question or a description ends the episode on prose
+    assert A.unparsed_answer(f"{ANSWER_MARK} What is the weekly wage of the phone agents?")
+    assert A.unparsed_answer(f"{ANSWER_MARK} The function `fine` returns the fine, capped.")
+    assert A.unparsed_answer(f"How much will the fund be worth next year?\n\n{ANSWER_MARK}")
+    assert A.unparsed_answer(f"{ANSWER_MARK}\n```python\ndef fine(days:\n    return 0\n```")  # does not parse
+    assert not A.unparsed_answer(f"{ANSWER_MARK}\n{code}")
+    assert not A.unparsed_answer(f"{ANSWER_MARK.lower()} def fine(days):\n    return min(5, 0.25 * days)")
+    assert not A.unparsed_answer("What is the fine per day, and is there a cap?")  # a question: no marker
+    assert not A.unparsed_answer("Clarifying Question:\n" + code)  # unmarked code is the other rule's
+
+
 def test_the_unmarked_code_rule_applies_only_before_a_backend_episodes_last_turn():
     from sweet.colbench.backend import Episode
     from sweet.config import load_config
@@ -280,6 +295,16 @@ def test_the_unmarked_code_rule_applies_only_before_a_backend_episodes_last_turn
     assert rule({"candidate": "def fine(d):\n    return d"}) and not rule({"candidate": "What is the rate?"})
     assert never_chosen(last, cfg) is None  # the last turn's answer is scored as it is
     assert never_chosen(early, load_config("micro", [])) is None  # off by default: the paper's ranking
+    marked_prose = {"candidate": "I WANT TO ANSWER: What is the rate?"}
+    assert not rule(marked_prose)  # the unparsed-answer rule is off
+    both = never_chosen(early, load_config("micro", ["candidates.unmarked_code=rank_last",
+                                                      "candidates.unparsed_answer=rank_last"]))
+    assert both(marked_prose) and both({"candidate": "def fine(d):\n    return d"})
+    assert not both({"candidate": "What is the rate?"})
+    assert not both({"candidate": "I WANT TO ANSWER:\n```python\ndef fine(d):\n    return d\n```"})
+    only = never_chosen(early, load_config("micro", ["candidates.unparsed_answer=rank_last"]))
+    assert only(marked_prose) and not only({"candidate": "def fine(d):\n    return d"})
+    assert never_chosen(last, load_config("micro", ["candidates.unparsed_answer=rank_last"])) is None
 
 
 def hand_completion_logps(model, tok, prompt: list[dict], completion: str) -> list[float]:

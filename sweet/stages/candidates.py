@@ -50,11 +50,16 @@ def agent_prompt(history: list[dict], cfg) -> list[dict]:
 
 
 def never_chosen(history: list[dict], cfg):
-    """`candidates.unmarked_code=rank_last`: before a backend episode's last turn, a candidate holding code without
-    the answer marker may be rejected, never chosen (None: every candidate ranks by its score, as in the paper)."""
-    if cfg.candidates.unmarked_code != "rank_last" or cfg.task_family != "backend" or last_backend_turn(history, cfg):
+    """Before a backend episode's last turn, a candidate holding code without the answer marker
+    (`candidates.unmarked_code=rank_last`) or the marker without a function that parses
+    (`candidates.unparsed_answer=rank_last`) may be rejected, never chosen (None: every candidate ranks by its
+    score, as in the paper)."""
+    c = cfg.candidates
+    rules = [f for on, f in ((c.unmarked_code == "rank_last", sweet_actor.unmarked_code),
+                             (c.unparsed_answer == "rank_last", sweet_actor.unparsed_answer)) if on]
+    if not rules or cfg.task_family != "backend" or last_backend_turn(history, cfg):
         return None
-    return lambda d: sweet_actor.unmarked_code(d["candidate"])
+    return lambda d: any(f(d["candidate"]) for f in rules)
 
 
 def critic_flags(cfg) -> dict:
