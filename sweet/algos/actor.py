@@ -20,7 +20,7 @@ from sweet.algos.dialogue import encode_all, fit_dialogue, mask_from_lengths, pa
 from sweet.algos.losses import dpo_loss, sequence_nll_loss, trajectory_logps
 from sweet.algos.training import (LossTrainer, checkpoint_dir, local_model_path, lora_config, run_training,
                                   trainable_model, training_kwargs)
-from sweet.colbench.backend import ANSWER_MARK, _parses, extract_answer
+from sweet.colbench.backend import ANSWER_MARK, parses, extract_answer
 from sweet.config import ActorConfig
 
 DONE_FILE = "actor_config.json"  # written last into `out_dir/actor` (by every actor method): the output is complete
@@ -59,7 +59,7 @@ def unparsed_answer(candidate: str) -> bool:
     environment ends the episode on it and it scores 0. Run M's actor learned `I WANT TO ANSWER: <a question>` in 21
     of 50 held-out episodes (README, *Run M*); the mirror of `unmarked_code`."""
     answer = extract_answer(candidate, final_turn=False)
-    return answer is not None and not (_parses(answer) and _FUNCTION_DEF.search(answer))
+    return answer is not None and not (parses(answer) and _FUNCTION_DEF.search(answer))
 
 
 def fit_prompt(tokenizer, prompt: list[dict], chosen: str, rejected: str, max_length: int) -> list[dict]:

@@ -203,7 +203,7 @@ _CODE_START = re.compile(r"^(def |class |import |from \S+ import |@)", re.M)
 _DEF = re.compile(r"\bdef \w+\s*\(")
 
 
-def _parses(code: str) -> bool:
+def parses(code: str) -> bool:
     """Compiles to a syntax tree (never runs: the sandbox does that); hostile text can only fail to parse."""
     try:
         ast.parse(code)
@@ -216,13 +216,13 @@ def _drop_trailing_prose(code: str) -> str:
     """The longest head of `code` that parses and defines a function, cut before an unindented line (the prose, stray
     fence or notes a small model writes after unfenced code). Why: on 50 validation tasks 28 of 50 oracle answers
     (the hidden decisions given) were a right function followed by an explanation, all scored as syntax errors."""
-    if _parses(code):
+    if parses(code):
         return code
     lines = code.splitlines()
     for cut in range(len(lines) - 1, 0, -1):
         if lines[cut].strip() and not lines[cut][0].isspace():
             head = "\n".join(lines[:cut]).rstrip()
-            if _DEF.search(head) and _parses(head):
+            if _DEF.search(head) and parses(head):
                 return head
     return code
 
@@ -236,7 +236,7 @@ def extract_code(text: str) -> str:
     if m:
         code = _drop_trailing_prose(before[m.start():].strip()).strip()
         # Else the `def` was prose naming the function, or a lone import line came first: the fence holds the code.
-        if before == text or (_parses(code) and _DEF.search(code)):
+        if before == text or (parses(code) and _DEF.search(code)):
             return code
     return strip_code_fences(text).strip()
 
