@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sweet.colbench import lite  # noqa: E402
 from sweet.colbench.backend import ANSWER_MARK  # noqa: E402
 from sweet.colbench.tasks import bundled_path  # noqa: E402
-from sweet.stats import paired_bootstrap  # noqa: E402
+from sweet.stats import paired_bootstrap, per_task_mean  # noqa: E402
 
 ECHO_SIMILARITY = 0.6
 # The episode's last-turn note, whichever wording the collection used (it changed on 2026-12-01).
@@ -71,7 +71,7 @@ def report(name: str, df, values: dict) -> dict[str, float]:
     """Print one group's counts; return its per-task mean share of hidden values stated by the final answer."""
     kinds, rewards = collections.Counter(), collections.defaultdict(float)
     stubs = multi = stub_multi = replies = echoes = stated = 0
-    in_answer: dict[str, list[float]] = {}
+    in_answer: list[dict] = []
     by_chance: list[float] = []
     for _, r in df.iterrows():
         msgs = json.loads(r["messages"])
@@ -94,7 +94,7 @@ def report(name: str, df, values: dict) -> dict[str, float]:
                 stated += any(lite.states_value(text, v) for v in values.get(r["task_id"], []))
         share = values_stated(r["answer"], values.get(r["task_id"], []))
         if share is not None:
-            in_answer.setdefault(r["task_id"], []).append(share)
+            in_answer.append({"task_id": r["task_id"], "share": share})
             other = values_stated(r["answer"], chance_values(r["task_id"], values))
             by_chance += [] if other is None else [other]
     print(f"{name}: {len(df)} episodes")
@@ -103,7 +103,7 @@ def report(name: str, df, values: dict) -> dict[str, float]:
         print(f"| {k} | {n} | {rewards[k] / n:.3f} |")
     print(f"final answers with no body (empty or only the def line): {stubs} ({stub_multi} of {multi} multi-turn)")
     print(f"simulator replies: {replies}; echoing the agent: {echoes}; stating a hidden value: {stated}")
-    per_task = {t: sum(v) / len(v) for t, v in in_answer.items()}
+    per_task = per_task_mean(in_answer, "share")
     if per_task:
         print(f"hidden values stated by the final answer: {100 * sum(per_task.values()) / len(per_task):.1f} % "
               f"(mean over {len(per_task)} tasks; other tasks' values, by chance: "

@@ -20,7 +20,7 @@ from sweet.algos.dialogue import encode_all, fit_dialogue, mask_from_lengths, pa
 from sweet.algos.losses import dpo_loss, sequence_nll_loss, trajectory_logps
 from sweet.algos.training import (LossTrainer, checkpoint_dir, local_model_path, lora_config, run_training,
                                   trainable_model, training_kwargs)
-from sweet.colbench.backend import ANSWER_MARK, parses, extract_answer
+from sweet.colbench.backend import ANSWER_MARK, extract_answer, parses
 from sweet.config import ActorConfig
 
 DONE_FILE = "actor_config.json"  # written last into `out_dir/actor` (by every actor method): the output is complete
