@@ -52,11 +52,6 @@ def no_body(answer: str | None) -> bool:
     return not [ln for ln in (answer or "").splitlines() if ln.strip() and not ln.lstrip().startswith("def ")]
 
 
-def values_stated(answer: str | None, values: list) -> float | None:
-    """Share of a task's hidden values that the final answer states (None: the task has none)."""
-    return sum(lite.states_value(answer or "", v) for v in values) / len(values) if values else None
-
-
 def chance_values(task_id: str, values: dict, k: int = 3) -> list:
     """The hidden values of the k tasks after this one in the tier (not its own): a long answer full of example
     numbers states some of them by chance, so this is the yardstick for its own."""
@@ -92,10 +87,10 @@ def report(name: str, df, values: dict) -> dict[str, float]:
                 replies += 1
                 echoes += difflib.SequenceMatcher(None, m["content"][:200], text[:200]).ratio() > ECHO_SIMILARITY
                 stated += any(lite.states_value(text, v) for v in values.get(r["task_id"], []))
-        share = values_stated(r["answer"], values.get(r["task_id"], []))
+        share = lite.values_stated(r["answer"], values.get(r["task_id"], []))
         if share is not None:
             in_answer.append({"task_id": r["task_id"], "share": share})
-            other = values_stated(r["answer"], chance_values(r["task_id"], values))
+            other = lite.values_stated(r["answer"], chance_values(r["task_id"], values))
             by_chance += [] if other is None else [other]
     print(f"{name}: {len(df)} episodes")
     print("| first agent message | episodes | mean reward |\n|---|---|---|")

@@ -74,6 +74,22 @@ def test_parse_task_rejects_bad_decisions():
     assert parse_task(Path("f.jsonl"), 7, {k: v for k, v in rec.items() if k != "decisions"}, None).decisions == []
 
 
+def test_tasks_carry_their_hidden_values_through_a_table_row():
+    """The lite tier's `decision_values` ride on the task (JSON-encoded: a table column holds one type) so the report
+    can count the hidden values a final answer states; a bool, a list or a dict is not a value."""
+    rec = {"task_id": "x", "split": "train", "problem_description": "d", "ground_truth": "def f(): return 1",
+           "test_cases": ["f()"], "decisions": ["Fees are $0.25 a day.", "Names are joined with '-'."]}
+    t = parse_task(Path("f.jsonl"), 3, rec | {"decision_values": [0.25, "-"]}, None)
+    assert t.values() == [0.25, "-"] and Task(**t.to_row()).values() == [0.25, "-"]
+    lite_task = next(t for t in load_tasks("bundled:lite") if t.split == "train")
+    assert lite_task.values() and all(isinstance(v, (int, float, str)) for v in lite_task.values())
+    for bad in ([True], [[1]], "0.25"):
+        with pytest.raises(ValueError, match=r"f\.jsonl: row 3: field 'decision_values' must be a list of numbers"):
+            parse_task(Path("f.jsonl"), 3, rec | {"decision_values": bad}, None)
+    assert lite.values_stated("RATE = 0.25\nSEP = '-'", t.values()) == 1.0
+    assert lite.values_stated("RATE = 0.5", t.values()) == 0.0 and lite.values_stated("x", []) is None
+
+
 # The simulator's system prompt before the lite tier, verbatim: tasks without decisions must still get exactly this.
 OLD_SIM_SYSTEM = (
     "You are the user who asked an agent for a Python function. Your hidden code below is exactly the function you "

@@ -87,6 +87,12 @@ def states_value(text: str, value, *, quoted: bool = False) -> bool:
     return core in tokens or any(re.search(rf"\b{n}\b", text, re.I) for n in _PUNCT_NAMES.get(core, []))
 
 
+def values_stated(text: str | None, values: list) -> float | None:
+    """Share of a task's hidden values that `text` (e.g. the final answer) states; None when the task has none. An
+    agent that was told a value and carries it into its code states it; one that guessed rarely does."""
+    return sum(states_value(text or "", v) for v in values) / len(values) if values else None
+
+
 def looks_like_code(text: str) -> bool:
     return "```" in text or re.search(r"^\s*(def |return |import )", text, re.M) is not None
 

@@ -9,6 +9,7 @@ layout) also loads; rows without a `task_id` get `<split>-<row>` as id. The offi
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -35,6 +36,12 @@ class Task:
     # The hidden values in plain words ("Late fees are $0.25 per day."), when the source states them (the lite tier);
     # the simulator sees them beside the code. Never shown to the agent.
     decisions: list[str] = field(default_factory=list)
+    # The reference's literal of each hidden decision (the lite tier's `decision_values`), each JSON-encoded: numbers
+    # and strings mix, and a table column holds one type. `values()` decodes them. Never shown to the agent.
+    decision_values: list[str] = field(default_factory=list)
+
+    def values(self) -> list:
+        return [json.loads(v) for v in self.decision_values]
 
     def to_row(self) -> dict:
         return asdict(self)
@@ -65,7 +72,10 @@ def parse_task(path: Path, row: int, rec: dict, split: str | None) -> Task:
     decisions = rec.get("decisions", [])
     if not isinstance(decisions, list) or not all(isinstance(d, str) and d.strip() for d in decisions):
         raise ValueError(f"{path}: row {row}: field 'decisions' must be a list of non-empty strings")
-    return Task(task_id, task_split, desc, code, tests, list(decisions))
+    values = rec.get("decision_values", [])
+    if not isinstance(values, list) or any(isinstance(v, bool) or not isinstance(v, (int, float, str)) for v in values):
+        raise ValueError(f"{path}: row {row}: field 'decision_values' must be a list of numbers or strings")
+    return Task(task_id, task_split, desc, code, tests, list(decisions), [json.dumps(v) for v in values])
 
 
 def select_tasks(tasks: list[Task], n_train: int, n_test: int, seed: int) -> list[Task]:

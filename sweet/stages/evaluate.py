@@ -104,7 +104,7 @@ def evaluate(cfg, out: Path, tasks_dir: str, system_dir: str | None = None) -> d
     mode = "multi_turn" if "multi_turn" in cfg.evaluate.modes else cfg.evaluate.modes[0]
     rows = run_systems(cfg, out, tasks, systems, diagnose=(m, mode) if trained_critic else None)
     run_id = (out / tracking.RUN_ID_FILE).read_text().strip()
-    metrics = write_report(cfg, out, rows, run_id)
+    metrics = write_report(cfg, out, rows, run_id, tasks=tasks)
     if trained_critic:  # the method trained a critic: how good is it?
         own = [r for r in rows if r["method"] == m and r["mode"] == mode]
         own += _read(out / "shards" / f"{m}/{mode}{DIAGNOSTIC_TAG}")
@@ -176,7 +176,7 @@ def evaluate_models(cfg, agents: list[str], *, actors: list[str] = (), split: st
     # Backend: the first system given is the one the others are paired with (e.g. the base policy, then its trained
     # actor). Frontend: win rates stay against `frontend.win_rate_baseline`, as configured.
     first = next(iter(systems)) if cfg.task_family == "backend" else None
-    metrics = write_report(cfg, out, rows, run_id, baseline=first)
+    metrics = write_report(cfg, out, rows, run_id, baseline=first, tasks=tasks)
     tracking.log_metrics(cfg, run_id, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
     tracking.end_run(cfg, run_id)
     return out, metrics

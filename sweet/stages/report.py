@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sweet import tracking
 from sweet.chat import prompt_length
+from sweet.colbench import lite
 from sweet.colbench.backend import GENERATION_FAILED
 from sweet.config import METHODS
 from sweet.pipeline import config_slice
@@ -56,7 +57,14 @@ def summarize(rows: list[dict]) -> dict:
             "mean_turns": statistics.fmean(x["n_turns"] for x in rows) if n else 0.0, "failed": failed,
             # Behaviour: share of episodes with at least one turn before the answer (a question), answer length.
             "asked_rate": 100 * statistics.fmean(x["n_turns"] > 1 for x in rows) if n else 0.0,
-            "answer_chars": statistics.fmean(len(x.get("answer") or "") for x in rows) if n else 0.0}
+            "answer_chars": statistics.fmean(len(x.get("answer") or "") for x in rows) if n else 0.0,
+            **_values_stated(rows)}
+
+
+def _values_stated(rows: list[dict]) -> dict:
+    """Tasks that name their hidden values (the lite tier): the share of them the final answers state, in %."""
+    v = [x["values_stated"] for x in rows if x.get("values_stated") is not None]
+    return {"values_stated": 100 * statistics.fmean(v)} if v else {}
 
 
 def paired_with(group: list[dict], base: list[dict], seed: int = 0) -> dict:
@@ -67,6 +75,11 @@ def paired_with(group: list[dict], base: list[dict], seed: int = 0) -> dict:
         d = paired_bootstrap(per_task_mean(group, key), per_task_mean(base, key), seed=seed)
         out |= {f"delta_{name}": 100 * d["diff"], f"delta_{name}_lo": 100 * d["lo"],
                 f"delta_{name}_hi": 100 * d["hi"], "paired_tasks": d["n_tasks"]}
+    named = [[x for x in rows if x.get("values_stated") is not None] for rows in (group, base)]
+    if all(named):  # the hidden values stated, paired the same way (not counted in `paired_tasks`)
+        d = paired_bootstrap(*(per_task_mean(rows, "values_stated") for rows in named), seed=seed)
+        out |= {"delta_values_stated": 100 * d["diff"], "delta_values_stated_lo": 100 * d["lo"],
+                "delta_values_stated_hi": 100 * d["hi"]}
     return out
 
 
@@ -117,8 +130,10 @@ def paired_table(summaries: dict[str, dict]) -> str:
     if not rows:
         return ""
     base = rows[0][1]["baseline"]
+    values = any("values_stated" in m for m in summaries.values())
     lines = [f"\n| method | mode | scoring | Δ % tests passed vs {base} | Δ success rate vs {base} | tasks paired | "
-             "asked (% episodes) | mean turns | answer chars |", "|---|---|---|---|---|---|---|---|---|"]
+             "asked (% episodes) | mean turns | answer chars |" + (" hidden values stated (%) |" if values else ""),
+             "|---|---|---|---|---|---|---|---|---|" + ("---|" if values else "")]
     for key, m in summaries.items():
         system, _, mode = key.partition("/")
         if "delta_tests_passed" in m:
@@ -131,10 +146,23 @@ def paired_table(summaries: dict[str, dict]) -> str:
         else:
             continue
         lines.append(f"| {system} | {mode or 'multi_turn'} | {m['scoring']} | {tp} | {sr} | {paired} | "
-                     f"{m.get('asked_rate', 0):.1f} | {m['mean_turns']:.2f} | {m.get('answer_chars', 0):.0f} |")
-    return "\n".join(lines) + ("\n\n(Δ = mean over held-out tasks of the system's per-task mean minus the baseline's, in "
-                              "points; [95% bootstrap interval over tasks]. An interval that excludes 0 is a difference "
-                              "the data can tell.)\n")
+                     f"{m.get('asked_rate', 0):.1f} | {m['mean_turns']:.2f} | {m.get('answer_chars', 0):.0f} |"
+                     + (f" {_values_cell(m)} |" if values else ""))
+    note = ("\n\n(Δ = mean over held-out tasks of the system's per-task mean minus the baseline's, in points; [95% "
+            "bootstrap interval over tasks]. An interval that excludes 0 is a difference the data can tell.")
+    if values:
+        note += (" Hidden values stated: the share of each task's hidden values (what the agent must ask for) that "
+                 "the final answer states, averaged over episodes; Δ paired as above.")
+    return "\n".join(lines) + note + ")\n"
+
+
+def _values_cell(m: dict) -> str:
+    if "values_stated" not in m:
+        return "—"
+    if "delta_values_stated" not in m:
+        return f"{m['values_stated']:.1f}"
+    return (f"{m['values_stated']:.1f} (Δ {m['delta_values_stated']:+.1f} [{m['delta_values_stated_lo']:+.1f}, "
+            f"{m['delta_values_stated_hi']:+.1f}])")
 
 
 def frontend_table(summaries: dict[str, dict]) -> str:
@@ -195,10 +223,15 @@ def plot_name(summaries: dict[str, dict]) -> str:
     return "similarity.png" if any("similarity" in m for m in summaries.values()) else "tests_passed.png"
 
 
-def write_report(cfg, out: Path, rows: list[dict], run_id: str | None, baseline: str | None = None) -> dict:
+def write_report(cfg, out: Path, rows: list[dict], run_id: str | None, baseline: str | None = None,
+                 tasks: list | None = None) -> dict:
     """eval_results.parquet, the table (results.md), dialogues and chart on disk and in MLflow; returns the flat
     metrics ("<method>/<mode>/<name>"). Systems are paired with `baseline` (default: the frontend's win-rate
-    baseline setting, `zero_shot` unless changed)."""
+    baseline setting, `zero_shot` unless changed). Backend `tasks` that name their hidden values (the lite tier) add
+    each episode's `values_stated` (share of them its final answer states) and its column in the table."""
+    if tasks and not is_frontend(rows):
+        values = {t.task_id: t.values() for t in tasks}
+        rows = [r | {"values_stated": lite.values_stated(r.get("answer"), values.get(r["task_id"], []))} for r in rows]
     write_rows(rows, out / "eval_results.parquet")
     summaries = summarize_by_method(rows, baseline or cfg.frontend.win_rate_baseline)
     table = results_table(summaries)
