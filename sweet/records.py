@@ -49,6 +49,9 @@ class EvalResult(Trajectory):
     """One evaluation episode (`eval_results`): the trajectory's columns, then which system and protocol."""
     method: str  # the system's name: zero_shot, sweet, ..., or an `evaluate.agents` name such as gpt-4o
     mode: str  # multi_turn, single_turn or oracle
+    # Share of the task's hidden values (the lite tier's `decision_values`) that the final answer states; set by the
+    # report where the task names them, else None.
+    values_stated: float | None = None
 
 
 @dataclass

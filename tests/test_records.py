@@ -72,7 +72,7 @@ def test_readme_store_table_matches_the_records():
 
 
 def test_eval_results_are_trajectories_then_method_and_mode():
-    assert _fields(EvalResult) == _fields(Trajectory) + ["method", "mode"]
+    assert _fields(EvalResult) == _fields(Trajectory) + ["method", "mode", "values_stated"]
 
 
 def _finished_episode() -> Episode:
@@ -91,7 +91,7 @@ def test_trajectory_of_an_episode_and_its_parquet_columns(tmp_path):
                    "n_turns": 2, "error": None, "training_info": TASK.ground_truth, "metric": "tests passed",
                    "scoring": "strict"}
     ev = dataclasses.asdict(EvalResult.of_episode(e, method="zero_shot", mode="multi_turn"))
-    assert ev == row | {"method": "zero_shot", "mode": "multi_turn"}
+    assert ev == row | {"method": "zero_shot", "mode": "multi_turn", "values_stated": None}
     assert pq.read_schema(write_rows([ev], tmp_path / "e.parquet")).names == _fields(EvalResult)
     # A frontend episode: no test cases, the similarity's name as the metric, no answer -> "".
     fe = FrontendEpisode(PAGE, 0, 2, metric="pixel")
