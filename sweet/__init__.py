@@ -17,7 +17,7 @@ inside sweet/):
 """
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("infrastructure", ("sweet", "sweet.config", "sweet.engine_config", "sweet.family_config",
+    ("infrastructure", ("sweet", "sweet.config", "sweet.engine_config", "sweet.family_config", "sweet.stage_config",
                         "sweet.profiles", "sweet.store",
                         "sweet.records", "sweet.tracking", "sweet.models", "sweet.precision", "sweet.chat", "sweet.graph",
                         "sweet.pipeline",
