@@ -13,9 +13,10 @@ import torch
 
 from sweet import models, pipeline, precision
 from sweet.algos import critic as C
-from sweet.algos.training import training_kwargs
+from sweet.algos.training import LOG_FILE, first_pass_fit, training_kwargs
 from sweet.config import CriticConfig, load_config
 from sweet.stages import ACTOR, CANDIDATES, COLLECT, CRITIC, EVALUATE, PAIRS
+from sweet.stages.critic import critic_fit
 from tests.test_algos import critic_model, critic_pairs, save_tiny_qwen2
 
 
@@ -100,6 +101,10 @@ def test_critic_trains_under_bf16_autocast_with_float32_weights(tiny_model_dir, 
     from safetensors.torch import load_file
     weights = load_file(out / "adapter_model.safetensors")
     assert weights and all(v.dtype == torch.float32 for v in weights.values())
+    # The per-step logs are kept beside the adapter: the stage's summary reads its first-pass fit from them.
+    fit = critic_fit(out)
+    assert set(fit) == {"late_reward_accuracy", "late_reward_margin"} and 0.0 <= fit["late_reward_accuracy"] <= 1.0
+    assert (out / LOG_FILE).exists()
     model, tok = C.load_critic(out, "cpu")
     pair = critic_pairs(4)[0]
     good, bad = C.score_candidates(model, tok, pair["chosen"][:-1], [pair["chosen"][-1]["content"],
@@ -166,3 +171,17 @@ def test_a_stages_precision_ends_with_the_stage(monkeypatch):
     with precision.cpu_precision("auto") as inside:
         assert inside == "bf16" and precision.cpu_bf16("cpu")
     assert not precision.cpu_bf16("cpu")
+
+
+def test_first_pass_fit_reads_the_second_half_of_the_first_epoch():
+    """Batches logged in epoch 1 had not been trained on yet; the second half says what the critic has learned.
+    Steps of later epochs (seen data) and logs without the metric (the final summary) are left out."""
+    log = [{"epoch": 0.25, "reward_accuracy": 0.0, "reward_margin": -1.0},
+           {"epoch": 0.5, "reward_accuracy": 0.5, "reward_margin": 0.0},
+           {"epoch": 0.75, "reward_accuracy": 1.0, "reward_margin": 1.0},
+           {"epoch": 1.0, "reward_accuracy": 0.5, "reward_margin": 2.0},
+           {"epoch": 1.5, "reward_accuracy": 1.0, "reward_margin": 9.0},
+           {"epoch": 2.0, "train_loss": 0.3}]
+    assert first_pass_fit(log, ("reward_accuracy", "reward_margin")) == {"late_reward_accuracy": 0.75,
+                                                                        "late_reward_margin": 1.5}
+    assert first_pass_fit([], ("reward_accuracy",)) == {} and first_pass_fit(log, ("nll",)) == {}

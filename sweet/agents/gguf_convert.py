@@ -320,7 +320,7 @@ def model_gguf(folder: str | Path, models_dir: str | Path, outtype: str = "q8_0"
         raise ValueError(f"outtype {outtype!r}: use f32, f16, bf16 or q8_0")
     root = converter_dir(models_dir)
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in MODEL_FILE_SUFFIXES
-                   and not p.name.startswith(("adapter_", "training_", "trainer_state")))
+                   and not p.name.startswith(("adapter_", "training_", "trainer_state", "log_history")))
     parts = [("format", str(FORMAT)), ("converter", _converter_version(root)), ("outtype", outtype)]
     parts += [(p.name, _file_sha(p)) for p in files]
     key = _key(parts)

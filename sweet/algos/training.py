@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -142,9 +143,24 @@ def run_training(trainer, final: Path, tokenizer, write_extra: Callable[[], None
     if trainer.is_world_process_zero():
         (final / "training_args.bin").unlink(missing_ok=True)  # a pickle of the Trainer's arguments: not an output
         tokenizer.save_pretrained(final)
+        # The per-step logs (loss, the recipe's metrics): what `first_pass_fit` reads after the stage.
+        (final / LOG_FILE).write_text(json.dumps(trainer.state.log_history))
         write_extra()
     trainer.accelerator.wait_for_everyone()
     return final
+
+
+LOG_FILE = "log_history.json"
+
+
+def first_pass_fit(log_history: list[dict], keys: tuple[str, ...]) -> dict[str, float]:
+    """Mean of each metric in `keys` over the second half of the logged steps of the first epoch. Each of those
+    batches is seen for the first time when it is logged, so this is a held-out measure of what the model has
+    learned by mid-epoch (a prequential estimate), free of extra compute. {} when nothing was logged."""
+    first = [h for h in log_history if h.get("epoch", 0) <= 1.0 and any(k in h for k in keys)]
+    late = first[len(first) // 2:]
+    return {f"late_{k}": sum(h[k] for h in late if k in h) / sum(k in h for h in late)
+            for k in keys if any(k in h for h in late)}
 
 
 class LossTrainer(Trainer):

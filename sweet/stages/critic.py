@@ -5,10 +5,12 @@ frontend's vision-language critic (critic.kind=vlm), reading the screenshots of 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from sweet import launch
 from sweet.algos import critic as sweet_critic
+from sweet.algos.training import LOG_FILE, first_pass_fit
 from sweet.models import resolve_model
 from sweet.pipeline import read_manifest
 from sweet.store import loads, read_rows
@@ -37,8 +39,17 @@ def train_critic(cfg, out: Path, pairs_dir: str) -> dict:
             f"('{cfg.pairs.rule}') could order. Collect more trajectories per task (collect.k), sample with more "
             "diversity (collect.temperature), or use pairs.rule=margin.")
     pairs = [critic_pair(r) for r in rows]
-    sweet_critic.train_critic(pairs, base, out, cfg.critic, callbacks=callbacks, device=device)
-    return {"pairs": len(pairs)}
+    final = sweet_critic.train_critic(pairs, base, out, cfg.critic, callbacks=callbacks, device=device)
+    return {"pairs": len(pairs)} | critic_fit(final)
+
+
+def critic_fit(final: Path) -> dict:
+    """How well the critic orders pairs it has not trained on yet: the BT accuracy and margin of the second half of
+    its first epoch (each batch logged before it is learned from). A critic that has not learned (accuracy near 0.5,
+    margin near 0) ranks candidates by noise; in the laptop runs one at 0.62 taught the actor the opposite of the
+    data's lesson (README, *Run R*)."""
+    log = Path(final) / LOG_FILE
+    return first_pass_fit(json.loads(log.read_text()), ("reward_accuracy", "reward_margin")) if log.exists() else {}
 
 
 def critic_pair(row: dict) -> dict:
