@@ -29,23 +29,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sweet.colbench import lite  # noqa: E402
-from sweet.colbench.backend import ANSWER_MARK  # noqa: E402
+from sweet.colbench.backend import message_kind  # noqa: E402
 from sweet.colbench.tasks import bundled_path  # noqa: E402
 from sweet.stats import paired_bootstrap, per_task_mean  # noqa: E402
 
 ECHO_SIMILARITY = 0.6
 # The episode's last-turn note, whichever wording the collection used (it changed on 2026-12-01).
 LAST_NOTE = re.compile(r"\n\n\(This is your last turn[^\n]*\)$")
-
-
-def first_kind(text: str) -> str:
-    if ANSWER_MARK in text:
-        return "answer (marker)"
-    if re.search(r"want to answer", text, re.I):
-        return "marker misspelt"
-    if "def " in text or "```" in text:
-        return "code, no marker"
-    return "question" if "?" in text else "prose"
 
 
 def no_body(answer: str | None) -> bool:
@@ -73,7 +63,7 @@ def report(name: str, df, values: dict) -> dict[str, float]:
         agent = [m["content"] for m in msgs if m["role"] == "assistant"]
         if not agent:
             continue
-        k = first_kind(agent[0])
+        k = message_kind(agent[0])
         kinds[k] += 1
         rewards[k] += float(r["reward"])
         stub = no_body(r["answer"])

@@ -307,6 +307,21 @@ def test_the_unmarked_code_rule_applies_only_before_a_backend_episodes_last_turn
     assert never_chosen(last, load_config("micro", ["candidates.unparsed_answer=rank_last"])) is None
 
 
+def test_first_turn_asking_counts_questions_chosen_minus_rejected():
+    """The candidates stage's early read of what the actor will learn at the first turn (README, *Run R*)."""
+    from sweet.colbench.backend import ANSWER_MARK, message_kind
+    from sweet.stages.candidates import first_turn_asking
+
+    ask, answer, code = "What is the daily rate?", f"{ANSWER_MARK}\ndef fine(d):\n    return d", "def fine(d): ..."
+    assert [message_kind(t) for t in (ask, answer, code, "i want to answer: 3", "Sure, tell me more.")] == [
+        "question", "answer (marker)", "code, no marker", "marker misspelt", "prose"]
+    pairs = [{"chosen": ask, "rejected": answer}, {"chosen": ask, "rejected": code},
+             {"chosen": answer, "rejected": ask}, {"chosen": ask, "rejected": "Is it 0.25? " + code}]
+    assert first_turn_asking(pairs) == {"first_turn_dpo_pairs": 4, "first_turn_question_net": 2}
+    assert first_turn_asking([{"chosen": ask, "rejected": ask + " And the cap?"}])["first_turn_question_net"] == 0
+    assert first_turn_asking([]) == {"first_turn_dpo_pairs": 0, "first_turn_question_net": 0}
+
+
 def hand_completion_logps(model, tok, prompt: list[dict], completion: str) -> list[float]:
     """log p of each token of `completion` after `prompt`, from one plain forward: the completion is the assistant
     message as the chat template renders it after the prompt's generation header (what TRL's DPO trains on)."""

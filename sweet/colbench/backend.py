@@ -227,6 +227,18 @@ def _drop_trailing_prose(code: str) -> str:
     return code
 
 
+def message_kind(text: str) -> str:
+    """What an agent message does, by the protocol's surface: an answer (with the marker), a marker misspelt, code
+    without the marker, a question, or prose. Used to read what a critic's ranking or a trained actor prefers."""
+    if ANSWER_MARK in text:
+        return "answer (marker)"
+    if re.search(r"want to answer", text, re.I):
+        return "marker misspelt"
+    if "def " in text or "```" in text:
+        return "code, no marker"
+    return "question" if "?" in text else "prose"
+
+
 def extract_code(text: str) -> str:
     """Unfenced code that parses before any fence, from the first line that starts Python code (else the first
     `def name(`), prose before and after it dropped (`_drop_trailing_prose`; a fence after such code is a stray

@@ -125,5 +125,19 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
                                       chosen_score=chosen["score"], rejected_score=rejected["score"])))
     write_rows(dpo, out / "dpo_pairs.parquet")
     spread = [max(r["score"] for r in g) - min(r["score"] for r in g) for g in by_turn.values()]
+    first_turns = {tid for tid, g in by_turn.items() if g[0]["turn"] == 0}
     return {"turns": len(by_turn), "candidates": len(rows), "dpo_pairs": len(dpo),
-            "mean_score_spread": sum(spread) / len(spread) if spread else 0.0, "never_chosen": demoted}
+            "mean_score_spread": sum(spread) / len(spread) if spread else 0.0, "never_chosen": demoted,
+            **(first_turn_asking([p for p in dpo if p["turn_id"] in first_turns]) if cfg.task_family == "backend"
+               else {})}
+
+
+def first_turn_asking(first_pairs: list[dict]) -> dict:
+    """What the first-turn DPO pairs teach about asking: pairs whose chosen action is a question minus pairs whose
+    rejected one is. In the laptop runs its sign foretold the actor (README, *Run R*): +5 where the trained actor
+    opened with a question in most episodes, -3 and -5 where it never asked. Read it before training the actor."""
+    from sweet.colbench.backend import message_kind
+
+    asks = sum((message_kind(p["chosen"]) == "question") - (message_kind(p["rejected"]) == "question")
+               for p in first_pairs)
+    return {"first_turn_dpo_pairs": len(first_pairs), "first_turn_question_net": asks}
