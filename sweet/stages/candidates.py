@@ -134,7 +134,7 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
 
 def first_turn_asking(first_pairs: list[dict]) -> dict:
     """What the first-turn DPO pairs teach about asking: pairs whose chosen action is a question minus pairs whose
-    rejected one is. In the laptop runs its sign foretold the actor (README, *Run R*): +5 where the trained actor
+    rejected one is. In the laptop runs its sign matched the actor (README, *Run R*): +5 where the trained actor
     opened with a question in most episodes, -3 and -5 where it never asked. Read it before training the actor."""
     from sweet.colbench.backend import message_kind
 
