@@ -134,8 +134,9 @@ def sample_and_rank_candidates(cfg, out: Path, trajs_dir: str, critic_dir: str) 
 
 def first_turn_asking(first_pairs: list[dict]) -> dict:
     """What the first-turn DPO pairs teach about asking: pairs whose chosen action is a question minus pairs whose
-    rejected one is. In the laptop runs its sign matched the actor (README, *Run R*): +5 where the trained actor
-    opened with a question in most episodes, -3 and -5 where it never asked. Read it before training the actor."""
+    rejected one is. A reading, not a predictor: its sign matched the actor's asking in laptop runs P, O, Q and R
+    (+5, +5, -3, -5), not in run T (+5, an actor that never asks; README, *Run T*).
+    """
     from sweet.colbench.backend import message_kind
 
     asks = sum((message_kind(p["chosen"]) == "question") - (message_kind(p["rejected"]) == "question")
