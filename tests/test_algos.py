@@ -308,7 +308,7 @@ def test_the_unmarked_code_rule_applies_only_before_a_backend_episodes_last_turn
 
 
 def test_first_turn_asking_counts_questions_chosen_minus_rejected():
-    """The candidates stage's early read of what the actor will learn at the first turn (README, *Run R*)."""
+    """The candidates stage's reading of what the first-turn DPO pairs teach about asking (README, *Run R*, *Run T*)."""
     from sweet.colbench.backend import ANSWER_MARK, message_kind
     from sweet.stages.candidates import first_turn_asking
 
