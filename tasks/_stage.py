@@ -45,7 +45,8 @@ def call(task_fn, stage: Stage, cfg: PipelineConfig, *inputs: str, parent_run_id
 
 def _scalars(summary: dict) -> dict:
     """Every number and short string of a stage's summary (tables and lists stay in its manifest.json)."""
-    return {k: v for k, v in summary.items() if isinstance(v, (int, float, bool)) or (isinstance(v, str) and len(v) < 80)}
+    return {k: v for k, v in summary.items()
+            if isinstance(v, (int, float, bool)) or (isinstance(v, str) and len(v) < 80)}
 
 
 def run(stage: Stage, cfg: PipelineConfig, *inputs: str, parent_run_id: str | None = None) -> str:
