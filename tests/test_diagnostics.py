@@ -103,6 +103,25 @@ def test_trajectory_score_is_the_score_the_bt_loss_compares(tiny_model_dir, tmp_
     assert abs(mine[0] - mine[1]) > 1e-3  # non-trivial: the adapter tells the two apart
 
 
+def test_turn_credit_is_what_the_candidates_stage_scores_each_turn(tiny_model_dir, tmp_path):
+    # One forward over the whole trajectory must give each turn the advantage `score_candidates` gives that action
+    # after its history (reference seeing c, as the paper variant ranks), and the turns must sum to Eq. 3's score.
+    cfg = CriticConfig(variant="paper", lora_r=4, lora_alpha=8, max_length=256)
+    msgs, info = dialogue(3), "def add(a, b):\n    return a + b"
+    trainer, tok = C.critic_trainer(critic_pairs(1), tiny_model_dir, tmp_path, cfg, device="cpu")
+    g = torch.Generator().manual_seed(5)
+    for n, p in trainer.model.named_parameters():  # a trained-looking adapter
+        if "lora_B" in n:
+            p.data = torch.randn(p.shape, generator=g) * 0.5
+    model, conf = trainer.model.eval(), dict(cfg.model_dump())
+    credit = C.turn_credit(model, tok, msgs, info, conf)
+    turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+    each = [C.score_candidates(model, tok, msgs[:i], [msgs[i]["content"]], info)[0] for i in turns]
+    assert len(credit) == 3 and credit == pytest.approx(each, abs=1e-4)
+    assert sum(credit) == pytest.approx(C.score_trajectory(model, tok, msgs, info, conf), abs=1e-5)
+    assert max(credit) - min(credit) > 1e-3  # non-trivial: the turns differ
+
+
 def test_critic_diagnostics_on_a_trained_critic_writes_json_and_plot(tiny_model_dir, tmp_path):
     cfg = CriticConfig(lr=2e-2, epochs=4, batch_size=2, lora_r=4, lora_alpha=8, max_length=256)
     critic_dir = C.train_critic(critic_pairs(4), tiny_model_dir, tmp_path / "critic_stage", cfg)

@@ -224,6 +224,18 @@ def score_trajectory(model, tokenizer, messages: list[dict], training_info: str,
     """The critic's score of a whole trajectory, as its Bradley-Terry loss compares two of them: the sum over turns
     of Eq. 2's advantage (Eq. 3, variant 'paper') or the released code's one token mean (variant 'official').
     `conf`: the critic's critic_config.json (use_training_info, length_norm, variant, max_length)."""
+    return _trajectory_scores(model, tokenizer, messages, training_info, conf, conf.get("variant", "paper"))[1].item()
+
+
+@torch.no_grad()
+def turn_credit(model, tokenizer, messages: list[dict], training_info: str, conf: dict) -> list[float]:
+    """Eq. 2's advantage of every assistant turn of a trajectory, in one forward (the reference sees c, as in
+    training): where the critic puts the credit its Bradley-Terry loss gives a whole trajectory. Over `max_length`,
+    early exchanges are dropped (`tokenize_dialogue`) and the list is shorter than the assistant turns."""
+    return _trajectory_scores(model, tokenizer, messages, training_info, conf, "paper")[0][0].tolist()
+
+
+def _trajectory_scores(model, tokenizer, messages, training_info, conf, variant):
     msgs = with_training_info(messages, training_info) if conf.get("use_training_info", True) else messages
     tok = tokenize_dialogue(tokenizer, msgs, conf.get("max_length"))
     if not tok["turn_spans"]:
@@ -236,9 +248,7 @@ def score_trajectory(model, tokenizer, messages: list[dict], training_info: str,
         logp = token_logps(model, ids, attn, target)
         with model.disable_adapter():
             ref = token_logps(model, ids, attn, target)
-    _, score = trajectory_scores((logp - ref) * target, turns, conf.get("variant", "paper"),
-                                 conf.get("length_norm", True))
-    return score.item()
+    return trajectory_scores((logp - ref) * target, turns, variant, conf.get("length_norm", True))
 
 
 def candidate_tokens(tokenizer, history, candidates, max_length) -> tuple[list[int], list[list[int]]]:
