@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sweet.colbench.backend import message_kind  # noqa: E402
-from sweet.store import read_rows  # noqa: E402
+from sweet.store import loads, read_rows  # noqa: E402
 
 
 def episode_credit(rows: list[dict], credit) -> list[dict]:
@@ -34,7 +34,7 @@ def episode_credit(rows: list[dict], credit) -> list[dict]:
     training_info)` -> per-turn advantages; rows whose turns were cut by the critic's max_length are skipped."""
     out = []
     for r in rows:
-        msgs = json.loads(r["messages"]) if isinstance(r["messages"], str) else r["messages"]
+        msgs = loads(r["messages"])
         acts = [m["content"] for m in msgs if m["role"] == "assistant"]
         if not acts:
             continue
@@ -83,11 +83,11 @@ def summarise(eps: list[dict]) -> dict:
     total = sum(abs(a) for e in multi for a in e["adv"])
     last_share = sum(abs(e["adv"][-1]) for e in multi) / total if total else None
     r0, n0 = _within_task_corr(eps, lambda e: e["adv"][0])
-    rl, nl = _within_task_corr(eps, lambda e: e["adv"][-1])
+    rl, _ = _within_task_corr(eps, lambda e: e["adv"][-1])
     rs, _ = _within_task_corr(eps, lambda e: sum(e["adv"]))
     return {"episodes": len(eps), "first_message": by_kind, "by_position": position,
             "last_turn_share_of_abs_adv": last_share, "multi_turn_episodes": len(multi),
-            "within_task_corr_with_reward": {"turn0": r0, "last": rl, "sum": rs, "episodes": n0 or nl}}
+            "within_task_corr_with_reward": {"turn0": r0, "last": rl, "sum": rs, "episodes": n0}}
 
 
 def _fmt(x, d=3):

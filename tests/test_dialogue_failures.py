@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests._scripts import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("dialogue_failures", ROOT / "scripts" / "dialogue_failures.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("dialogue_failures")
 
 
 def _row(task_id, turns, answer, reward):

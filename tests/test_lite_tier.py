@@ -1,7 +1,6 @@
 """The lite backend tier (`bundled:lite`): its file, its validator, and the simulator seeing its decisions."""
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,8 +10,7 @@ from sweet.colbench import lite
 from sweet.colbench.backend import Episode, simulator_system
 from sweet.colbench.sources import load_tasks
 from sweet.colbench.tasks import Task, bundled_path, parse_task
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests._scripts import load_script
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +132,7 @@ def test_states_value(text, value, ok):
 
 
 def test_generator_is_deterministic_and_the_bundled_file_is_fresh():
-    spec = importlib.util.spec_from_file_location("make_lite_tier", ROOT / "scripts" / "make_lite_tier.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("make_lite_tier")
     a, b = mod.build(), mod.build()
     assert a == b
     assert mod.dumps(a) == bundled_path("bundled:lite").read_text(encoding="utf-8")

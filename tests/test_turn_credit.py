@@ -3,20 +3,16 @@ table standing for `critic.turn_credit`; that function is pinned to the candidat
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests._scripts import load_script
+
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("turn_credit", ROOT / "scripts" / "turn_credit.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("turn_credit")
 
 
 def _row(task_id: str, acts: list[str], reward: float) -> dict:
